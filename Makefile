@@ -1,0 +1,30 @@
+# Everything runs from .venv, created by `make install`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test samples bench clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,samples]'
+	touch $(STAMP)
+
+run: install
+	$(PY) samples/mnist_train.py --epochs 2 --check
+
+test: install
+	$(PY) -m pytest -n auto -q
+
+samples: install
+	$(PY) samples/mnist_train.py --epochs 10 --check
+
+bench: install
+	$(PY) benchmarks/bench_mnist.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

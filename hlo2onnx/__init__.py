@@ -1,0 +1,27 @@
+"""hlo2onnx: StableHLO -> ONNX, one small rule per op.
+
+    model = hlo2onnx.translate(lowered.compiler_ir("stablehlo"))
+"""
+from __future__ import annotations
+
+import onnx_ir as ir
+from jax.extend.mlir import ir as mlir
+
+from hlo2onnx import ops  # noqa: F401  (fills the rule table)
+from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
+from hlo2onnx.mlir_io import make_context, parse_module, prepare
+from hlo2onnx.support import ORT_CPU, TARGETS, Target
+from hlo2onnx.translator import Translator
+
+DEFAULT_OPSET = 21
+
+__all__ = ["translate", "Hlo2OnnxError", "InvalidInputError", "UnsupportedOpError", "Target", "TARGETS",
+           "DEFAULT_OPSET", "make_context", "parse_module"]
+
+
+def translate(module: mlir.Module, *, target: Target = ORT_CPU, opset: int = DEFAULT_OPSET,
+              name: str = "main") -> ir.Model:
+    """Translates an in-memory StableHLO module into an onnx-ir Model."""
+    prepared = prepare(module)
+    with module.context:
+        return Translator(prepared, target, opset).translate(graph_name=name)

@@ -1,0 +1,52 @@
+"""MLIR attributes -> Python values for rule keyword arguments.
+
+Builtin attributes arrive already downcast by the bindings; StableHLO's own
+attributes arrive as plain `ir.Attribute` and are cast by name here, once.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import stablehlo
+
+_DIALECT_DECODERS = {
+    "comparison_direction": lambda a: stablehlo.ComparisonDirectionAttr(a).value,
+    "compare_type": lambda a: stablehlo.ComparisonTypeAttr(a).value,
+    "dot_dimension_numbers": stablehlo.DotDimensionNumbers,
+    "dimension_numbers": lambda a: a,  # gather/scatter/conv: the rule casts
+}
+# Hints that do not change the result on ONNX Runtime.
+_IGNORED = frozenset({"precision_config", "result_accuracy", "algorithm"})
+
+_ARRAY_ATTRS = (ir.DenseI64ArrayAttr, ir.DenseI32ArrayAttr, ir.DenseBoolArrayAttr)
+
+
+def decode(name: str, attr: ir.Attribute) -> Any:
+    decoder = _DIALECT_DECODERS.get(name)
+    if decoder is not None:
+        return decoder(attr)
+    if isinstance(attr, _ARRAY_ATTRS):
+        return tuple(attr)
+    if isinstance(attr, ir.BoolAttr):
+        return bool(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return int(attr.value)
+    if isinstance(attr, ir.FloatAttr):
+        return float(attr.value)
+    if isinstance(attr, (ir.StringAttr, ir.FlatSymbolRefAttr)):
+        return attr.value
+    if isinstance(attr, ir.ArrayAttr):
+        return [decode(name, a) for a in attr]
+    return attr  # dense elements and other attributes the rule reads itself
+
+
+# Read by the rule itself: complex `value` attributes must not be touched
+# through the generic path (reading them can abort the process).
+_LEFT_TO_RULE = frozenset({"value"})
+
+
+def decode_all(op: ir.Operation) -> dict[str, Any]:
+    attributes = op.attributes
+    return {name: decode(name, attributes[name]) for name in attributes
+            if name not in _LEFT_TO_RULE and name not in _IGNORED and not name.startswith(("mhlo.", "jax."))}

@@ -1,0 +1,95 @@
+"""Emits ONNX nodes into an onnx-ir graph.
+
+Rules build through this class only: it names initializers, deduplicates
+small constants and applies the target's dtype table (`typed`).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from onnx_ir.tape import Tape
+
+from hlo2onnx.support import Target
+from hlo2onnx.types import onnx_dtype
+
+# Constants up to this many elements are shared between uses.
+_DEDUP_LIMIT = 16
+
+
+class Builder:
+    def __init__(self, graph: ir.Graph, target: Target, root: "Builder | None" = None):
+        self.graph = graph
+        self.target = target
+        self._tape = Tape(graph)
+        # Initializers always live in the root graph (ONNX subgraphs may read outer values).
+        self._root = root or self
+        self._consts: dict[tuple, ir.Value] = {}
+        self._counter = 0
+
+    # -- nodes ---------------------------------------------------------------
+    def op(self, op_type: str, *inputs: ir.Value | None, **attrs) -> ir.Value:
+        return self._tape.op(op_type, list(inputs), attrs or None)
+
+    def ops(self, op_type: str, *inputs: ir.Value | None, num_outputs: int, **attrs) -> Sequence[ir.Value]:
+        return self._tape.op_multi_out(op_type, list(inputs), attrs or None, num_outputs=num_outputs)
+
+    def typed(self, op_type: str, *inputs: ir.Value, dtype: np.dtype, result_dtype: np.dtype | None = None,
+              cast: Sequence[int] | None = None, **attrs) -> ir.Value:
+        """`op_type` on inputs of `dtype`, run in a wider dtype if the target lacks the kernel.
+
+        `result_dtype` is the op's own output dtype when it differs from the
+        inputs' (ArgMax, Less); `cast` lists the inputs of `dtype` when not all are.
+        """
+        compute = self.target.compute_dtype(op_type, dtype)
+        if compute == np.dtype(dtype):
+            return self.op(op_type, *inputs, **attrs)
+        positions = range(len(inputs)) if cast is None else cast
+        widened = [self.cast(x, compute) if i in positions else x for i, x in enumerate(inputs)]
+        result = self.op(op_type, *widened, **attrs)
+        return result if result_dtype is not None else self.cast(result, dtype)
+
+    def cast(self, x: ir.Value, dtype: np.dtype) -> ir.Value:
+        if x.dtype is not None and x.dtype == onnx_dtype(dtype):
+            return x
+        return self.op("Cast", x, to=onnx_dtype(dtype))
+
+    # -- constants -----------------------------------------------------------
+    def const(self, value, dtype: np.dtype | None = None) -> ir.Value:
+        """An initializer holding `value`; the numpy buffer is wrapped, not copied."""
+        array = np.asarray(value, dtype=dtype)
+        key = None
+        if array.size <= _DEDUP_LIMIT:
+            key = (array.dtype.str, array.shape, array.tobytes())
+            cached = self._root._consts.get(key)
+            if cached is not None:
+                return cached
+        value = self._root._new_initializer(array)
+        if key is not None:
+            self._root._consts[key] = value
+        return value
+
+    def shape_const(self, dims: Sequence[int]) -> ir.Value:
+        return self.const(np.asarray(dims, dtype=np.int64))
+
+    def splat(self, scalar, dtype: np.dtype, shape: Sequence[int]) -> ir.Value:
+        """A constant filled with one value, never stored densely."""
+        if len(shape) == 0:
+            return self.const(scalar, dtype)
+        fill = ir.tensor(np.asarray([scalar], dtype=dtype))
+        return self.op("ConstantOfShape", self.shape_const(shape), value=fill)
+
+    def _new_initializer(self, array: np.ndarray) -> ir.Value:
+        self._counter += 1
+        tensor = ir.Tensor(array, name=f"const_{self._counter}")
+        value = ir.Value(name=tensor.name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype),
+                         const_value=tensor)
+        self.graph.register_initializer(value)
+        return value
+
+    # -- subgraphs -------------------------------------------------------------
+    def subgraph(self, name: str) -> "Builder":
+        """A builder for a Loop/If body; its constants go to the root graph."""
+        graph = ir.Graph([], [], nodes=[], name=name)
+        return Builder(graph, self.target, root=self._root)

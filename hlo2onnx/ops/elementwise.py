@@ -1,0 +1,186 @@
+"""Elementwise arithmetic, comparison, logical, select, convert and clamp."""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import onnx_ir as ir
+
+from hlo2onnx.registry import register
+from hlo2onnx.types import is_bool, is_float, is_unsigned
+
+
+def _same(onnx_op: str, ctx, *xs: ir.Value) -> ir.Value:
+    """Ops whose ONNX form has the same meaning and broadcasting as StableHLO's."""
+    return ctx.b.typed(onnx_op, *xs, dtype=ctx.out_type.dtype)
+
+
+for _hlo, _onnx in {
+    "add": "Add", "subtract": "Sub", "multiply": "Mul", "power": "Pow",
+    "maximum": "Max", "minimum": "Min", "negate": "Neg", "abs": "Abs", "sign": "Sign",
+    "exponential": "Exp", "log": "Log", "sqrt": "Sqrt", "tanh": "Tanh", "sine": "Sin", "cosine": "Cos",
+    "tan": "Tan", "floor": "Floor", "ceil": "Ceil", "round_nearest_even": "Round", "logistic": "Sigmoid",
+}.items():
+    register(f"stablehlo.{_hlo}")(partial(_same, _onnx))
+
+
+def _bitwise(bool_op: str, int_op: str, ctx, *xs: ir.Value) -> ir.Value:
+    dtype = ctx.out_type.dtype
+    return ctx.b.op(bool_op, *xs) if is_bool(dtype) else ctx.b.typed(int_op, *xs, dtype=dtype)
+
+
+register("stablehlo.and")(partial(_bitwise, "And", "BitwiseAnd"))
+register("stablehlo.or")(partial(_bitwise, "Or", "BitwiseOr"))
+register("stablehlo.xor")(partial(_bitwise, "Xor", "BitwiseXor"))
+register("stablehlo.not")(partial(_bitwise, "Not", "BitwiseNot"))
+
+
+def _int_division(ctx, x: ir.Value, y: ir.Value, *, remainder: bool) -> ir.Value:
+    """XLA's integer division: x/0 is -1 (all ones), x%0 is x, and MIN/-1 is MIN (remainder 0).
+
+    ORT's kernels trap on a zero divisor, so the divisor is made safe first.
+    """
+    b, dtype = ctx.b, ctx.out_type.dtype
+    zero = b.const(0, dtype)
+    y_is_zero = b.op("Equal", y, zero)
+    safe_y = b.typed("Where", y_is_zero, b.const(1, dtype), y, dtype=dtype, cast=(1, 2))
+    if not is_unsigned(dtype):
+        # MIN / -1 overflows in C; with divisor 1 instead the quotient is MIN, the remainder 0.
+        overflow = b.op("And", b.op("Equal", x, b.const(np.iinfo(dtype).min, dtype)),
+                        b.op("Equal", y, b.const(-1, dtype)))
+        safe_y = b.typed("Where", overflow, b.const(1, dtype), safe_y, dtype=dtype, cast=(1, 2))
+    if remainder:
+        result = b.typed("Mod", x, safe_y, dtype=dtype, fmod=1)
+        if not is_unsigned(dtype):
+            result = b.typed("Where", overflow, zero, result, dtype=dtype, cast=(1, 2))
+        return b.typed("Where", y_is_zero, x, result, dtype=dtype, cast=(1, 2))
+    result = b.typed("Div", x, safe_y, dtype=dtype)
+    return b.typed("Where", y_is_zero, b.const(-1 if not is_unsigned(dtype) else np.iinfo(dtype).max, dtype),
+                   result, dtype=dtype, cast=(1, 2))
+
+
+@register("stablehlo.divide")
+def divide(ctx, x, y):
+    if is_float(ctx.out_type.dtype):
+        return ctx.b.typed("Div", x, y, dtype=ctx.out_type.dtype)
+    return _int_division(ctx, x, y, remainder=False)
+
+
+@register("stablehlo.remainder")
+def remainder(ctx, x, y):
+    if is_float(ctx.out_type.dtype):  # C fmod: the sign follows the dividend
+        return ctx.b.typed("Mod", x, y, dtype=ctx.out_type.dtype, fmod=1)
+    return _int_division(ctx, x, y, remainder=True)
+
+
+@register("stablehlo.rsqrt")
+def rsqrt(ctx, x):
+    dtype = ctx.out_type.dtype
+    return ctx.b.typed("Reciprocal", ctx.b.typed("Sqrt", x, dtype=dtype), dtype=dtype)
+
+
+@register("stablehlo.cbrt")
+def cbrt(ctx, x):
+    b, dtype = ctx.b, ctx.out_type.dtype
+    magnitude = b.typed("Pow", b.typed("Abs", x, dtype=dtype), b.const(1 / 3, dtype), dtype=dtype)
+    return b.typed("Mul", b.typed("Sign", x, dtype=dtype), magnitude, dtype=dtype)
+
+
+@register("stablehlo.exponential_minus_one")
+def expm1(ctx, x):
+    """Kahan's accurate expm1: (u - 1) * x / log(u) with u = exp(x), exact near 0."""
+    b, dtype = ctx.b, ctx.out_type.dtype
+    t = partial(b.typed, dtype=dtype)
+    one = b.const(1, dtype)
+    u = t("Exp", x)
+    um1 = t("Sub", u, one)
+    scaled = t("Div", t("Mul", um1, x), t("Log", u))
+    near_zero = t("Equal", u, one, result_dtype=bool)
+    # For large x, log(u) is inf and the formula gives nan; u - 1 is exact enough there.
+    big = t("Greater", t("Abs", x), b.const(0.5, dtype), result_dtype=bool)
+    return t("Where", near_zero, x, t("Where", big, um1, scaled, cast=(1, 2)), cast=(1, 2))
+
+
+@register("stablehlo.log_plus_one")
+def log1p(ctx, x):
+    """Goldberg's accurate log1p: log(u) * x / (u - 1) with u = 1 + x."""
+    b, dtype = ctx.b, ctx.out_type.dtype
+    t = partial(b.typed, dtype=dtype)
+    one = b.const(1, dtype)
+    u = t("Add", x, one)
+    log_u = t("Log", u)
+    corrected = t("Div", t("Mul", log_u, x), t("Sub", u, one))
+    exact = t("Equal", u, one, result_dtype=bool)
+    infinite = t("IsInf", u, result_dtype=bool)
+    return t("Where", exact, x, t("Where", infinite, log_u, corrected, cast=(1, 2)), cast=(1, 2))
+
+
+@register("stablehlo.round_nearest_afz")
+def round_half_away(ctx, x):
+    b, dtype = ctx.b, ctx.out_type.dtype
+    t = partial(b.typed, dtype=dtype)
+    magnitude = t("Abs", x)
+    floor = t("Floor", magnitude)
+    # magnitude - floor is exact, so the tie test is exact too.
+    up = t("GreaterOrEqual", t("Sub", magnitude, floor), b.const(0.5, dtype), result_dtype=bool)
+    rounded = t("Add", floor, b.cast(up, dtype))
+    return t("Mul", t("Sign", x), rounded)
+
+
+@register("stablehlo.is_finite")
+def is_finite(ctx, x):
+    b, dtype = ctx.b, ctx.in_types[0].dtype
+    inf = b.typed("IsInf", x, dtype=dtype, result_dtype=bool)
+    nan = b.typed("IsNaN", x, dtype=dtype, result_dtype=bool)
+    return b.op("Not", b.op("Or", inf, nan))
+
+
+_COMPARE = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "GE": "GreaterOrEqual"}
+
+
+@register("stablehlo.compare")
+def compare(ctx, x, y, *, comparison_direction: str, compare_type: str | None = None):
+    dtype = ctx.in_types[0].dtype
+    if compare_type == "TOTALORDER":
+        raise NotImplementedError("TOTALORDER comparison")
+    if comparison_direction == "NE":
+        return ctx.b.op("Not", ctx.b.typed("Equal", x, y, dtype=dtype, result_dtype=bool))
+    return ctx.b.typed(_COMPARE[comparison_direction], x, y, dtype=dtype, result_dtype=bool)
+
+
+@register("stablehlo.select")
+def select(ctx, pred, on_true, on_false):
+    return ctx.b.typed("Where", pred, on_true, on_false, dtype=ctx.out_type.dtype, cast=(1, 2))
+
+
+@register("stablehlo.clamp")
+def clamp(ctx, low, x, high):
+    dtype = ctx.out_type.dtype
+    return ctx.b.typed("Min", ctx.b.typed("Max", x, low, dtype=dtype), high, dtype=dtype)
+
+
+@register("stablehlo.convert")
+def convert(ctx, x):
+    source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
+    if source == target:
+        return ctx.b.op("Identity", x)
+    if is_float(source) and not is_float(target) and not is_bool(target):
+        return _saturate_for_int(ctx, x, source, target)
+    return ctx.b.op("Cast", x, to=ir.DataType.from_numpy(np.dtype(target)))
+
+
+def _saturate_for_int(ctx, x, source, target):
+    """XLA converts float->int saturating, with NaN -> 0; a bare Cast is undefined there."""
+    b = ctx.b
+    info = np.iinfo(target)
+    # The largest float of `source` that still fits `target`.
+    high = np.nextafter(np.asarray(info.max, dtype=source), np.asarray(0, dtype=source)) \
+        if np.asarray(info.max, dtype=source) > info.max else np.asarray(info.max, dtype=source)
+    low = np.asarray(info.min, dtype=source)
+    t = partial(b.typed, dtype=source)
+    clipped = t("Min", t("Max", x, b.const(low, source)), b.const(high, source))
+    nan = t("IsNaN", x, result_dtype=bool)
+    saturated = b.op("Cast", clipped, to=ir.DataType.from_numpy(np.dtype(target)))
+    is_high = t("Greater", x, b.const(high, source), result_dtype=bool)
+    saturated = b.typed("Where", is_high, b.const(info.max, target), saturated, dtype=target, cast=(1, 2))
+    return b.typed("Where", nan, b.const(0, target), saturated, dtype=target, cast=(1, 2))

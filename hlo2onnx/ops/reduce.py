@@ -1,0 +1,107 @@
+"""stablehlo.reduce: single reducers, and the variadic argmax/argmin form."""
+from __future__ import annotations
+
+import numpy as np
+from jax.extend.mlir import ir as mlir
+from jax.extend.mlir.dialects import stablehlo
+
+from hlo2onnx.registry import register
+from hlo2onnx.types import is_bool, is_float, onnx_dtype
+
+_REDUCERS = {
+    "stablehlo.add": ("ReduceSum", "Add"),
+    "stablehlo.multiply": ("ReduceProd", "Mul"),
+    "stablehlo.maximum": ("ReduceMax", "Max"),
+    "stablehlo.minimum": ("ReduceMin", "Min"),
+    "stablehlo.and": ("ReduceMin", "And"),  # on bool; integer `and` is rejected below
+    "stablehlo.or": ("ReduceMax", "Or"),
+}
+
+
+def _identity(reducer: str, dtype: np.dtype):
+    if reducer in ("stablehlo.add", "stablehlo.or"):
+        return 0
+    if reducer in ("stablehlo.multiply", "stablehlo.and"):
+        return 1
+    high = np.inf if is_float(dtype) else (True if is_bool(dtype) else np.iinfo(dtype).max)
+    low = -np.inf if is_float(dtype) else (False if is_bool(dtype) else np.iinfo(dtype).min)
+    return low if reducer == "stablehlo.maximum" else high
+
+
+def single_reducer(body) -> str | None:
+    """The name of the binary op a one-op reduction body applies to its two arguments, if that is all it does."""
+    ops = list(body.operations)
+    if len(ops) != 2:
+        return None
+    op, ret = ops
+    args = list(body.arguments)
+    if list(op.operands) != args or list(ret.operands) != list(op.results):
+        return None
+    return op.operation.name
+
+
+def is_constant(value, scalar) -> bool:
+    tensor = value.const_value
+    if tensor is None:
+        return False
+    array = tensor.numpy()
+    return array.size == 1 and bool(array.reshape(()) == np.asarray(scalar, dtype=array.dtype))
+
+
+@register("stablehlo.reduce")
+def reduce(ctx, *operands, dimensions):
+    count = len(operands) // 2
+    body = ctx.hlo_op.regions[0].blocks[0]
+    if count == 2:
+        return _arg_reduce(ctx, *operands, dimensions=dimensions, body=body)
+    if count != 1:
+        raise NotImplementedError(f"variadic reduce over {count} operands")
+    x, init = operands
+    reducer = single_reducer(body)
+    dtype = ctx.out_type.dtype
+    if reducer not in _REDUCERS or (reducer in ("stablehlo.and", "stablehlo.or") and not is_bool(dtype)):
+        raise NotImplementedError(f"reduce with body {[op.operation.name for op in body.operations]}")
+    reduce_op, combine_op = _REDUCERS[reducer]
+    b = ctx.b
+    if not dimensions:
+        result = b.op("Identity", x)
+    else:
+        result = b.typed(reduce_op, x, b.shape_const(dimensions), dtype=dtype, cast=(0,), keepdims=0)
+    if is_constant(init, _identity(reducer, dtype)):
+        return result
+    if is_bool(dtype):
+        return b.op(combine_op, result, init)
+    return b.typed(combine_op, result, init, dtype=dtype)
+
+
+def _arg_reduce(ctx, x, indices, x_init, index_init, *, dimensions, body):
+    """JAX's argmax/argmin: (values, iota) reduced with a compare-select body.
+
+    The first extreme wins ties; for floats the first NaN wins, as in JAX.
+    """
+    direction = _first_compare_direction(body)
+    iota = ctx.hlo_op.operands[1].owner
+    if (len(dimensions) != 1 or direction not in ("GT", "LT") or isinstance(iota, mlir.Block)
+            or iota.name != "stablehlo.iota" or iota.attributes["iota_dimension"].value != dimensions[0]):
+        raise NotImplementedError("variadic reduce that is not JAX's argmax/argmin")
+    b = ctx.b
+    axis = dimensions[0]
+    dtype = ctx.in_types[0].dtype
+    arg_op, value_op = ("ArgMax", "ReduceMax") if direction == "GT" else ("ArgMin", "ReduceMin")
+    index = b.typed(arg_op, x, dtype=dtype, result_dtype=np.int64, axis=axis, keepdims=0, select_last_index=0)
+    values = b.typed(value_op, x, b.shape_const([axis]), dtype=dtype, cast=(0,), keepdims=0)
+    if is_float(dtype):
+        nan = b.cast(b.typed("IsNaN", x, dtype=dtype, result_dtype=bool), np.int32)
+        first_nan = b.op("ArgMax", nan, axis=axis, keepdims=0, select_last_index=0)
+        any_nan = b.op("Cast", b.op("ReduceMax", nan, b.shape_const([axis]), keepdims=0), to=onnx_dtype(np.bool_))
+        index = b.op("Where", any_nan, first_nan, index)
+        values = b.typed("Where", any_nan, b.const(np.nan, dtype), values, dtype=dtype, cast=(1, 2))
+    return values, b.cast(index, ctx.out_types[1].dtype)
+
+
+def _first_compare_direction(body) -> str | None:
+    value_lhs, value_rhs = body.arguments[0], body.arguments[2]
+    for op in body.operations:
+        if op.operation.name == "stablehlo.compare" and list(op.operands) == [value_lhs, value_rhs]:
+            return stablehlo.ComparisonDirectionAttr(op.attributes["comparison_direction"]).value
+    return None

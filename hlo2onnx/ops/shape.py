@@ -1,0 +1,129 @@
+"""Shape and data-movement ops: broadcast, reshape, transpose, slice, concat, pad, reverse, iota."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from hlo2onnx.registry import register
+from hlo2onnx.types import onnx_dtype
+
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+def reshape_to(b, x: ir.Value, shape) -> ir.Value:
+    return b.op("Reshape", x, b.shape_const(shape))
+
+
+def transpose_to(b, x: ir.Value, perm) -> ir.Value:
+    perm = list(perm)
+    return x if perm == sorted(perm) else b.op("Transpose", x, perm=perm)
+
+
+@register("stablehlo.broadcast_in_dim")
+def broadcast_in_dim(ctx, x, *, broadcast_dimensions):
+    b = ctx.b
+    in_shape, out_shape = ctx.in_types[0].shape, ctx.out_type.shape
+    dims = list(broadcast_dimensions)
+    order = sorted(range(len(dims)), key=dims.__getitem__)
+    x = transpose_to(b, x, order)  # ONNX broadcasting needs the kept dims in order
+    kept = [in_shape[i] for i in order]
+    aligned = [1] * len(out_shape)
+    for i in order:
+        aligned[dims[i]] = in_shape[i]
+    if aligned != kept:
+        x = reshape_to(b, x, aligned)
+    if aligned != list(out_shape):
+        x = b.op("Expand", x, b.shape_const(out_shape))
+    return x
+
+
+@register("stablehlo.reshape")
+def reshape(ctx, x):
+    return reshape_to(ctx.b, x, ctx.out_type.shape)
+
+
+@register("stablehlo.transpose")
+def transpose(ctx, x, *, permutation):
+    return ctx.b.op("Transpose", x, perm=list(permutation))
+
+
+@register("stablehlo.slice")
+def slice_(ctx, x, *, start_indices, limit_indices, strides):
+    b = ctx.b
+    axes = [i for i, (s, e, n) in enumerate(zip(start_indices, limit_indices, ctx.in_types[0].shape))
+            if (s, e) != (0, n) or strides[i] != 1]
+    if not axes:
+        return b.op("Identity", x)
+    pick = lambda seq: b.shape_const([seq[i] for i in axes])  # noqa: E731
+    return b.op("Slice", x, pick(start_indices), pick(limit_indices), pick(axes), pick(strides))
+
+
+@register("stablehlo.concatenate")
+def concatenate(ctx, *xs, dimension):
+    return ctx.b.op("Concat", *xs, axis=dimension)
+
+
+@register("stablehlo.reverse")
+def reverse(ctx, x, *, dimensions):
+    b = ctx.b
+    dims = list(dimensions)
+    if not dims:
+        return b.op("Identity", x)
+    n = len(dims)
+    return b.op("Slice", x, b.shape_const([-1] * n), b.shape_const([_INT64_MIN] * n), b.shape_const(dims),
+                b.shape_const([-1] * n))
+
+
+@register("stablehlo.pad")
+def pad(ctx, x, padding_value, *, edge_padding_low, edge_padding_high, interior_padding):
+    b = ctx.b
+    dtype = ctx.out_type.dtype
+    shape = list(ctx.in_types[0].shape)
+    for axis, interior in enumerate(interior_padding):
+        if interior and shape[axis] > 0:
+            x = _interior_pad(b, x, padding_value, shape, axis, interior, dtype)
+            shape[axis] = shape[axis] + (shape[axis] - 1) * interior
+    if any(edge_padding_low) or any(edge_padding_high):
+        # ONNX Pad crops for negative pads, like StableHLO.
+        pads = b.shape_const(list(edge_padding_low) + list(edge_padding_high))
+        x = b.typed("Pad", x, pads, padding_value, dtype=dtype, cast=(0, 2), mode="constant")
+    elif not any(interior_padding):
+        x = b.op("Identity", x)
+    return x
+
+
+def _interior_pad(b, x, value, shape, axis, interior, dtype):
+    """Spreads `axis` apart by `interior` fill elements: (n) -> (n, 1 + interior) -> n*(1+interior) -> crop."""
+    n = shape[axis]
+    x = b.op("Unsqueeze", x, b.shape_const([axis + 1]))
+    pads = [0] * (2 * (len(shape) + 1))
+    pads[len(shape) + 1 + axis + 1] = interior
+    x = b.typed("Pad", x, b.shape_const(pads), value, dtype=dtype, cast=(0, 2), mode="constant")
+    flat = shape[:axis] + [n * (1 + interior)] + shape[axis + 1:]
+    x = reshape_to(b, x, flat)
+    keep = n + (n - 1) * interior
+    return b.op("Slice", x, b.shape_const([0]), b.shape_const([keep]), b.shape_const([axis]))
+
+
+@register("stablehlo.iota")
+def iota(ctx, *, iota_dimension):
+    b = ctx.b
+    shape, dtype = ctx.out_type.shape, ctx.out_type.dtype
+    n = shape[iota_dimension]
+    compute = np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
+    if compute.kind in "ub" or compute.itemsize < 4:
+        compute = np.dtype(np.int64)
+    line = b.op("Range", b.const(0, compute), b.const(n, compute), b.const(1, compute))
+    line = b.cast(line, dtype) if compute != dtype else line
+    if len(shape) == 1:
+        return line
+    aligned = [1] * len(shape)
+    aligned[iota_dimension] = n
+    return b.op("Expand", reshape_to(b, line, aligned), b.shape_const(shape))
+
+
+@register("stablehlo.get_dimension_size")
+def get_dimension_size(ctx, x, *, dimension):
+    b = ctx.b
+    size = b.op("Shape", x, start=dimension, end=dimension + 1)
+    return b.op("Cast", reshape_to(b, size, []), to=onnx_dtype(ctx.out_type.dtype))

@@ -1,0 +1,26 @@
+"""The one table of translation rules, keyed by StableHLO op name.
+
+A rule is `rule(ctx, *inputs, **attrs) -> Value | Sequence[Value]`, with the
+op's attributes decoded to Python values (see attrs.py). It raises
+NotImplementedError for a form it does not handle; the translator turns that
+into an UnsupportedOpError naming the op and source line.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import onnx_ir as ir
+
+Rule = Callable[..., "ir.Value | Sequence[ir.Value]"]
+RULES: dict[str, Rule] = {}
+
+
+def register(*op_names: str) -> Callable[[Rule], Rule]:
+    def wrap(rule: Rule) -> Rule:
+        for name in op_names:
+            if name in RULES:
+                raise ValueError(f"two rules for {name}")
+            RULES[name] = rule
+        return rule
+
+    return wrap

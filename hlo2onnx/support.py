@@ -1,0 +1,100 @@
+"""What a target runtime can execute, as one small table.
+
+Rules never special-case a runtime. They ask `Target.compute_dtype(op, dtype)`
+which dtype to run an ONNX op in; when the runtime lacks the kernel, the
+answer is a wider dtype and the builder casts around the op.
+
+The ORT CPU gaps below were measured with onnxruntime 1.31 at opset 21 (one
+tiny model per op and dtype); tests/test_support.py re-checks every entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+_D = {n: np.dtype(n) for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                "uint64", "float16", "float32", "float64")}
+_D["bfloat16"] = BF16
+
+# Where to go when a kernel is missing, in order of preference. Two's-complement
+# wraparound makes add/sub/mul exact after casting back; other ops never see
+# values outside the narrow range.
+WIDER: dict[np.dtype, tuple[np.dtype, ...]] = {
+    _D["bool"]: (_D["uint8"], _D["int32"]),
+    _D["int8"]: (_D["int32"],),
+    _D["int16"]: (_D["int32"],),
+    _D["uint8"]: (_D["int32"],),
+    _D["uint16"]: (_D["int32"],),
+    _D["uint32"]: (_D["int64"],),
+    _D["uint64"]: (_D["int64"],),
+    _D["float16"]: (_D["float32"],),
+    BF16: (_D["float32"],),
+    _D["float64"]: (),
+}
+
+_INTS = "int8 int16 int32 int64 uint8 uint16 uint32 uint64"
+_FLOAT_ONLY = "bool " + _INTS  # ops whose kernels exist for floats only
+_TRANSCENDENTAL_F64 = "bool float64 " + _INTS  # f32/f16 only
+
+# op_type -> dtypes ORT CPU has no kernel for (bf16 is missing for every
+# compute op and is added below).
+_ORT_CPU_MISSING = {
+    "Add": "bool", "Sub": "bool", "Mul": "bool", "Div": "bool", "Mod": "bool",
+    "Pow": "bool int8 int16 uint8 uint16 uint32 uint64",
+    "Max": "bool int16 uint16", "Min": "bool int16 uint16",
+    "Less": "bool", "Greater": "bool", "LessOrEqual": "bool", "GreaterOrEqual": "bool",
+    "Neg": "bool uint8 uint16 uint32 uint64", "Abs": "bool", "Sign": "bool",
+    "Where": "bool int16 uint16 uint64",
+    "BitwiseAnd": "bool", "BitwiseOr": "bool", "BitwiseXor": "bool", "BitwiseNot": "bool",
+    "ReduceSum": "bool int8 int16 uint8 uint16 uint32 uint64",
+    "ReduceProd": "bool int8 int16 uint8 uint16 uint32 uint64",
+    "ReduceMax": "int16 uint16 uint32 uint64", "ReduceMin": "int16 uint16 uint32 uint64",
+    "ArgMax": "bool int16 uint16 uint32 uint64", "ArgMin": "bool int16 uint16 uint32 uint64",
+    "MatMul": "bool int8 int16 uint8 uint16", "Gemm": "bool " + _INTS,
+    "CumSum": "bool int8 int16 uint8 uint16 uint32 uint64",
+    "Pad": "int16 uint16", "Clip": "bool", "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
+    **{op: _FLOAT_ONLY for op in ("Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sin", "Cos", "Floor",
+                                  "Ceil", "Round", "Sigmoid", "IsNaN", "IsInf")},
+    **{op: _TRANSCENDENTAL_F64 for op in ("Tan", "Erf", "Atan", "Asin", "Acos", "Sinh", "Cosh",
+                                          "Asinh", "Acosh", "Atanh")},
+}
+# Pure data movement works for every dtype, bf16 included.
+_DATA_MOVEMENT = {"Identity", "Reshape", "Transpose", "Concat", "Expand", "Slice", "Gather", "Cast",
+                  "Squeeze", "Unsqueeze", "Shape", "Size", "ConstantOfShape", "Equal", "Flatten",
+                  "Split", "GatherND", "GatherElements", "ScatterND", "ScatterElements", "Tile"}
+
+
+def _parse(spec: str) -> frozenset[np.dtype]:
+    return frozenset(_D[name] for name in spec.split())
+
+
+@dataclass(frozen=True)
+class Target:
+    """A runtime's op subset. `missing` maps an ONNX op to dtypes it cannot run."""
+
+    name: str
+    missing: dict[str, frozenset[np.dtype]] = field(default_factory=dict)
+    bf16_compute: bool = False
+
+    def supports(self, op_type: str, dtype: np.dtype) -> bool:
+        dtype = np.dtype(dtype)
+        if dtype == BF16 and not self.bf16_compute and op_type not in _DATA_MOVEMENT:
+            return False
+        return dtype not in self.missing.get(op_type, ())
+
+    def compute_dtype(self, op_type: str, dtype: np.dtype) -> np.dtype:
+        """The dtype to run `op_type` in: `dtype` itself or the first wider one that works."""
+        dtype = np.dtype(dtype)
+        if self.supports(op_type, dtype):
+            return dtype
+        for wider in WIDER.get(dtype, ()):
+            if self.supports(op_type, wider):
+                return wider
+        raise NotImplementedError(f"{self.name} has no {op_type} kernel for {dtype} nor a wider type")
+
+
+ORT_CPU = Target("ort-cpu", {op: _parse(spec) for op, spec in _ORT_CPU_MISSING.items()})
+TARGETS = {t.name: t for t in (ORT_CPU,)}

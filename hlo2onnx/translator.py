@@ -1,0 +1,161 @@
+"""Walks a StableHLO module and emits one ONNX graph.
+
+Private functions reached through `func.call` are inlined here, at
+translation time: the MLIR `inline` pass leaves JAX's private functions alone.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from jax.extend.mlir import ir as mlir
+
+from hlo2onnx import attrs as attr_codec
+from hlo2onnx.builder import Builder
+from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
+from hlo2onnx.registry import RULES
+from hlo2onnx.support import Target
+from hlo2onnx.types import TensorType, UnsupportedTypeError, onnx_dtype, tensor_type
+
+_TERMINATORS = frozenset({"func.return", "stablehlo.return"})
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]']*$")
+IR_VERSION = 10
+
+
+@dataclass
+class RuleContext:
+    """What a rule sees besides its inputs: types, the builder, and the op itself."""
+
+    b: Builder
+    hlo_op: mlir.Operation
+    in_types: list[TensorType]
+    out_types: list[TensorType]
+    translator: "Translator"
+
+    @property
+    def out_type(self) -> TensorType:
+        return self.out_types[0]
+
+    @property
+    def where(self) -> str | None:
+        return source_line(self.hlo_op.location)
+
+
+def set_type(value: ir.Value, ttype: TensorType) -> None:
+    value.type = ir.TensorType(onnx_dtype(ttype.dtype))
+    value.shape = ir.Shape([d if d >= 0 else None for d in ttype.shape])
+
+
+class Translator:
+    def __init__(self, module: mlir.Module | mlir.Operation, target: Target, opset: int):
+        module_op = module.operation if isinstance(module, mlir.Module) else module
+        self.target = target
+        self.opset = opset
+        self.functions = {
+            mlir.StringAttr(op.attributes["sym_name"]).value: op
+            for op in module_op.regions[0].blocks[0].operations
+            if op.operation.name == "func.func"
+        }
+        self.op_counts: dict[str, int] = {}
+
+    # -- entry -------------------------------------------------------------------
+    def translate(self, name: str = "main", graph_name: str = "main") -> ir.Model:
+        func = self.functions.get(name)
+        if func is None:
+            raise Hlo2OnnxError(f"the module has no function @{name}")
+        block = func.regions[0].blocks[0]
+        graph = ir.Graph([], [], nodes=[], opset_imports={"": self.opset}, name=graph_name)
+        builder = Builder(graph, self.target)
+        inputs = []
+        used_names: set[str] = set()
+        for i, arg in enumerate(block.arguments):
+            value = ir.Value(name=_unique(_arg_name(arg, i), used_names))
+            set_type(value, self._type_of(arg, "func.func"))
+            inputs.append(value)
+        graph.inputs.extend(inputs)
+        results = self.emit_block(block, inputs, builder)
+        graph.outputs.extend(self._graph_outputs(results, builder, used_names))
+        return ir.Model(graph, ir_version=IR_VERSION, producer_name="hlo2onnx")
+
+    def _graph_outputs(self, results: list[ir.Value], b: Builder, used_names: set[str]) -> list[ir.Value]:
+        """ONNX outputs must be distinct node outputs: wrap inputs, constants and repeats in Identity."""
+        outputs: list[ir.Value] = []
+        for i, value in enumerate(results):
+            if value.producer() is None or value.is_initializer() or value in outputs:
+                copy = b.op("Identity", value)
+                copy.type, copy.shape = value.type, value.shape
+                value = copy
+            value.name = _unique(f"out{i}", used_names)
+            outputs.append(value)
+        return outputs
+
+    # -- walking -----------------------------------------------------------------
+    def emit_block(self, block: mlir.Block, args: Sequence[ir.Value], b: Builder) -> list[ir.Value]:
+        """Emits every op of `block`; returns the values its terminator yields."""
+        env: dict[mlir.Value, ir.Value] = dict(zip(block.arguments, args))
+        for op in block.operations:
+            name = op.operation.name
+            if name in _TERMINATORS:
+                return [env[v] for v in op.operands]
+            inputs = [env[v] for v in op.operands]
+            outputs = self.emit_op(op, name, inputs, b)
+            for result, value in zip(op.results, outputs):
+                env[result] = value
+        raise Hlo2OnnxError("block without terminator")
+
+    def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
+        rule = RULES.get(name)
+        if rule is None:
+            raise UnsupportedOpError(name, source_line(op.location), "no translation rule")
+        ctx = RuleContext(b, op.operation, [self._type_of(v, name, op) for v in op.operands],
+                          [self._type_of(r, name, op) for r in op.results], self)
+        try:
+            outputs = rule(ctx, *inputs, **attr_codec.decode_all(op))
+        except Hlo2OnnxError:
+            raise
+        except (NotImplementedError, UnsupportedTypeError) as e:
+            raise UnsupportedOpError(name, source_line(op.location), str(e)) from None
+        outputs = [outputs] if isinstance(outputs, ir.Value) else list(outputs)
+        if len(outputs) != len(ctx.out_types):
+            raise AssertionError(f"rule for {name} returned {len(outputs)} values, expected {len(ctx.out_types)}")
+        for value, ttype in zip(outputs, ctx.out_types):
+            if value.type is None:
+                set_type(value, ttype)
+        self.op_counts[name] = self.op_counts.get(name, 0) + 1
+        return outputs
+
+    def call(self, callee: str, args: Sequence[ir.Value], b: Builder) -> list[ir.Value]:
+        """Inlines a private function's body."""
+        func = self.functions.get(callee)
+        if func is None:
+            raise Hlo2OnnxError(f"call to unknown function @{callee}")
+        return self.emit_block(func.regions[0].blocks[0], args, b)
+
+    def _type_of(self, value: mlir.Value, name: str, op=None) -> TensorType:
+        try:
+            return tensor_type(value.type)
+        except (UnsupportedTypeError, ValueError) as e:
+            where = source_line(op.location) if op is not None else None
+            raise UnsupportedOpError(name, where, f"type {value.type}: {e}") from None
+
+
+def _arg_name(arg: mlir.BlockArgument, index: int) -> str:
+    # JAX names arguments through their location: loc("x") or loc("params['w']").
+    match = re.match(r'loc\("([^"]+)"\)$', str(arg.location))
+    if match and _IDENTIFIER.match(match.group(1)):
+        return match.group(1)
+    return f"in{index}"
+
+
+def _unique(name: str, used: set[str]) -> str:
+    candidate, n = name, 0
+    while candidate in used:
+        n += 1
+        candidate = f"{name}_{n}"
+    used.add(candidate)
+    return candidate
+
+
