@@ -1,0 +1,172 @@
+"""The mnjit decorator: jax.jit's capture and cache, ONNX Runtime's execution."""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+import jax
+import numpy as np
+import onnx
+import onnx_ir as ir
+from jax import core
+
+import hlo2onnx
+from mnjit.runtime import OrtRunner
+
+_ARRAY_TYPE = type(jax.numpy.zeros(()))
+
+
+class _TracerSeen(Exception):
+    """Raised by the signature walk: some argument is a tracer, so trace through instead."""
+
+
+def _leaf_signature(leaf: Any) -> tuple:
+    if type(leaf) is _ARRAY_TYPE:
+        return leaf.shape, leaf.dtype, leaf.weak_type
+    if isinstance(leaf, core.Tracer):
+        raise _TracerSeen
+    aval = jax.typeof(leaf)  # canonicalizes dtypes (int64 -> int32 without x64) and weak types
+    return aval.shape, aval.dtype, aval.weak_type
+
+
+def _normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Like jax.jit: names and positions of static parameters each imply the other."""
+    argnums = () if argnums is None else ((argnums,) if isinstance(argnums, int) else tuple(argnums))
+    argnames = () if argnames is None else ((argnames,) if isinstance(argnames, str) else tuple(argnames))
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return argnums, argnames
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    n = len(positional)
+    argnums = tuple(sorted({i + n if i < 0 else i for i in argnums}))
+    names = set(argnames) | {positional[i] for i in argnums if i < n and
+                             params[i].kind == params[i].POSITIONAL_OR_KEYWORD}
+    nums = set(argnums) | {positional.index(a) for a in argnames if a in positional}
+    return tuple(sorted(nums)), tuple(sorted(names))
+
+
+@dataclass
+class MnjitLowered:
+    """One captured signature: its jaxpr, StableHLO and ONNX model."""
+
+    traced: Any
+    lowered: Any
+    model: ir.Model
+    translator_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def jaxpr(self):
+        return self.traced.jaxpr
+
+    def as_text(self, debug_info: bool = False) -> str:
+        return self.lowered.as_text(debug_info=debug_info)
+
+    @functools.cached_property
+    def onnx_model(self) -> onnx.ModelProto:
+        return ir.to_proto(self.model)
+
+    @functools.cached_property
+    def model_bytes(self) -> bytes:
+        return self.onnx_model.SerializeToString()
+
+    def save(self, path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(self.model_bytes)
+
+
+@dataclass
+class _CacheEntry:
+    lowered: MnjitLowered
+    runner: OrtRunner
+    out_tree: Any
+
+
+class MnjitFunction:
+    """A function compiled to ONNX and run on ONNX Runtime; call it like jax.jit's result."""
+
+    def __init__(self, fun: Callable, *, static_argnums=None, static_argnames=None,
+                 target: str | hlo2onnx.Target = "ort-cpu", opset: int = hlo2onnx.DEFAULT_OPSET,
+                 providers: Sequence[str] = ("CPUExecutionProvider",), donate_argnums=None, donate_argnames=None):
+        if not callable(fun):
+            raise TypeError(f"mnjit expects a callable, got {type(fun).__name__}")
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
+        self._target = hlo2onnx.TARGETS[target] if isinstance(target, str) else target
+        self._opset = opset
+        self._providers = tuple(providers)
+        # donate_* are accepted for drop-in compatibility; ORT allocates fresh outputs anyway.
+        # keep_unused: jit would drop unused arguments and shift the inputs (findings.md).
+        self._jitted = jax.jit(fun, static_argnums=self._static_argnums, static_argnames=self._static_argnames,
+                               keep_unused=True)
+        self._cache: dict[Hashable, _CacheEntry] = {}
+        self.translations = 0  # how many signatures were translated (a cache miss each)
+
+    # -- calling -----------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        static, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        try:
+            signature = tuple(_leaf_signature(leaf) for leaf in leaves)
+        except _TracerSeen:
+            # Under grad/vmap/an outer jit: behave exactly like jax.jit.
+            return self._jitted(*args, **kwargs)
+        key = (treedef, signature, static, jax.config.jax_enable_x64)
+        try:
+            entry = self._cache.get(key)
+        except TypeError as e:
+            raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
+        if entry is None:
+            entry = self._cache[key] = self._compile(args, kwargs)
+        outputs = entry.runner.run(leaves)
+        return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
+
+    def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple, dict]:
+        if not self._static_argnums and not self._static_argnames:
+            return (), args, kwargs
+        nums = self._static_argnums
+        static = tuple(args[i] for i in nums if i < len(args))
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
+        names = self._static_argnames
+        static += tuple((k, kwargs[k]) for k in names if k in kwargs)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in names}
+        return static, dyn_args, dyn_kwargs
+
+    # -- capture and translation -------------------------------------------------------
+    def lower(self, *args, **kwargs) -> MnjitLowered:
+        traced = self._jitted.trace(*args, **kwargs)
+        lowered = traced.lower()
+        translator_model = hlo2onnx.translate(lowered.compiler_ir("stablehlo"), target=self._target,
+                                              opset=self._opset, name=getattr(self._fun, "__name__", "main"))
+        return MnjitLowered(traced, lowered, translator_model)
+
+    def _compile(self, args: tuple, kwargs: dict) -> _CacheEntry:
+        lowered = self.lower(*args, **kwargs)
+        self.translations += 1
+        in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
+        out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)
+        if len(lowered.model.graph.inputs) != len(in_avals):
+            raise AssertionError("ONNX inputs do not match the flattened arguments")
+        runner = OrtRunner(lowered.model_bytes, [a.dtype for a in in_avals], out_avals, self._providers)
+        return _CacheEntry(lowered, runner, lowered.traced.out_tree)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+
+def mnjit(fun: Callable | None = None, *, static_argnums: int | Iterable[int] | None = None,
+          static_argnames: str | Iterable[str] | None = None, **options) -> MnjitFunction | Callable:
+    """Drop-in for jax.jit that runs the compiled function on ONNX Runtime.
+
+    Options beyond jax.jit's: `target` (a hlo2onnx target profile name), `opset`, `providers`.
+    """
+    if fun is None:
+        return functools.partial(mnjit, static_argnums=static_argnums, static_argnames=static_argnames, **options)
+    return MnjitFunction(fun, static_argnums=static_argnums, static_argnames=static_argnames, **options)
