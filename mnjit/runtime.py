@@ -51,6 +51,13 @@ class OrtRunner:
     def run(self, leaves: Sequence) -> list[jax.Array]:
         if not _FAST_RUN:
             return self._run_public(leaves)
+        feeds, keep_alive = self.feeds(leaves)
+        fetches = self.execute(feeds)
+        del keep_alive
+        return self.to_jax(fetches)
+
+    def feeds(self, leaves: Sequence):
+        """ORT inputs for `leaves`: DLPack views of jax arrays, numpy views otherwise (no copies)."""
         feeds = _C.OrtValueVector()
         keep_alive = []  # ortvalue_from_numpy does not own its buffer
         for leaf, dtype in zip(leaves, self.in_dtypes):
@@ -61,12 +68,17 @@ class OrtRunner:
                 array = np.asarray(leaf, dtype=dtype)
                 keep_alive.append(array)
                 feeds.push_back(_C.OrtValue.ortvalue_from_numpy(array, self._ort_cpu))
+        return feeds, keep_alive
+
+    def execute(self, feeds):
+        # A fresh output vector every call: ORT allocates new buffers, so arrays
+        # returned earlier are never overwritten (no IOBinding reuse).
         fetches = _C.OrtValueVector()
         self._c_session.run_with_ortvaluevector(self._run_options, self.input_names, feeds, self.output_names,
                                                 fetches, self._fetch_devices)
-        return self._to_jax(fetches)
+        return fetches
 
-    def _to_jax(self, fetches) -> list[jax.Array]:
+    def to_jax(self, fetches) -> list[jax.Array]:
         bools = set(fetches.bool_tensor_indices())
         capsules = fetches.to_dlpacks(None)
         outputs = []

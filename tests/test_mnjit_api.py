@@ -1,0 +1,179 @@
+"""The mnjit decorator: jax.jit's calling conventions, cache, transformations, runtime hand-off and errors."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import pytest
+
+import hlo2onnx
+from harness import assert_same, rand
+from mnjit import mnjit
+from mnjit.runtime import OrtRunner
+
+
+def test_cache_hit_does_not_retranslate():
+    f = mnjit(lambda x, y: x * y + 1)
+    x, y = jnp.ones((3,)), jnp.arange(3.0)
+    f(x, y)
+    f(x + 1, y)
+    assert f.translations == 1
+
+
+@pytest.mark.parametrize("second", [
+    jnp.ones((4,)),                    # new shape
+    jnp.ones((3,), jnp.int32),         # new dtype
+    2.0,                               # python scalar: weak type, new shape
+    np.ones((3,), np.float32),         # numpy: same abstract signature, so a cache hit
+])
+def test_new_signature_retraces_like_jit(second):
+    f = mnjit(lambda x: x * 2)
+    f(jnp.ones((3,)))
+    assert_same(f(second), jax.jit(lambda x: x * 2)(second))
+    hit = isinstance(second, np.ndarray)
+    assert f.translations == (1 if hit else 2)
+
+
+def test_static_argnums_and_argnames():
+    def f(x, n, *, mode):
+        return x * n if mode == "mul" else x + n
+    by_num = mnjit(f, static_argnums=1, static_argnames="mode")
+    x = jnp.arange(3.0)
+    assert_same(by_num(x, 3, mode="mul"), jax.jit(f, static_argnums=1, static_argnames="mode")(x, 3, mode="mul"))
+    assert_same(by_num(x, 3, mode="add"), x + 3)
+    assert by_num.translations == 2
+    by_name = mnjit(f, static_argnames=("n", "mode"))
+    assert_same(by_name(x, n=2, mode="mul"), x * 2)
+    with pytest.raises(ValueError, match="non-hashable"):
+        by_num(x, [1], mode="mul")
+
+
+def test_unused_arguments_do_not_shift_inputs():
+    def f(a, unused, b):
+        return a - b
+    a, u, b = jnp.ones((2,)), jnp.zeros((5,)), jnp.arange(2.0)
+    assert_same(mnjit(f)(a, u, b), jax.jit(f)(a, u, b))
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["value"], meta_fields=["scale"])
+@dataclasses.dataclass
+class Scaled:
+    value: jax.Array
+    scale: float
+
+
+def test_pytrees_in_and_out():
+    def f(p: Point, s: Scaled, d: dict):
+        return {"sum": p.x + p.y, "scaled": Scaled(s.value * s.scale, s.scale), "list": [d["k"], d["k"] * 2]}
+    args = (Point(jnp.ones(2), jnp.arange(2.0)), Scaled(jnp.ones(3), 2.5), {"k": jnp.int32(7)})
+    out = mnjit(f)(*args)
+    assert_same(out, jax.jit(f)(*args))
+    assert isinstance(out["scaled"], Scaled) and out["scaled"].scale == 2.5
+    # Static data is part of the key: another scale is another trace.
+    g = mnjit(f)
+    g(*args)
+    g(args[0], Scaled(jnp.ones(3), 3.0), args[2])
+    assert g.translations == 2
+
+
+def test_weak_types_and_dtypes_match_jit():
+    def f(x, s):
+        return x * s, s + 1, jnp.float32(2) * s, x.astype(jnp.int8)
+    for args in [(jnp.ones(3), 2.0), (jnp.ones(3, jnp.float16), 3), (np.ones(3, np.float32), np.float32(2))]:
+        assert_same(mnjit(f)(*args), jax.jit(f)(*args))
+
+
+def test_grad_vmap_and_outer_jit_trace_through():
+    f = mnjit(lambda w, x: jnp.tanh(x @ w).sum())
+    w, x = rand((4, 3)), rand((5, 4), seed=1)
+    ref = jax.jit(lambda w, x: jnp.tanh(x @ w).sum())
+    assert_same(jax.grad(f)(w, x), jax.grad(ref)(w, x), tol=(1e-5, 1e-6))
+    assert_same(jax.vmap(f, in_axes=(None, 0))(w, x[:, None, :]), jax.vmap(ref, in_axes=(None, 0))(w, x[:, None, :]),
+                tol=(1e-5, 1e-6))
+    assert_same(jax.jit(lambda w: f(w, x) * 2)(w), ref(w, x) * 2, tol=(1e-5, 1e-6))
+    assert f.translations == 0  # all traced through, none ran on ORT
+
+
+def test_nested_mnjit_and_grad_of_mnjit_under_mnjit():
+    inner = mnjit(lambda x: jnp.sin(x) * 2)
+    outer = mnjit(lambda x: inner(x).sum() + inner(x * 2).max())
+    x = rand((6,))
+    assert_same(outer(x), jax.jit(lambda x: (jnp.sin(x) * 2).sum() + (jnp.sin(x * 2) * 2).max())(x))
+    grad_outer = mnjit(jax.grad(lambda x: inner(x).sum()))
+    assert_same(grad_outer(x), 2 * jnp.cos(x), tol=(1e-6, 1e-6))
+    assert outer.translations == 1 and inner.translations == 0
+
+
+def test_awkward_inputs():
+    f = mnjit(lambda b, s, i, u: (jnp.logical_not(b), s * 2, i + 1, u * 2))
+    buffer = np.zeros(4 * 8 + 4, np.uint8)
+    unaligned = np.frombuffer(buffer.data, np.float32, count=8, offset=4)  # 4 bytes off 64-byte alignment
+    unaligned[:] = np.arange(8)
+    args = (np.array([True, False]), np.float32(3), np.arange(3, dtype=np.int64), unaligned)
+    out = f(*args)
+    assert_same(out, jax.jit(lambda b, s, i, u: (jnp.logical_not(b), s * 2, i + 1, u * 2))(*args))
+    assert out[2].dtype == jnp.int32  # int64 canonicalized as jit does with x64 off
+
+
+def test_returned_arrays_are_never_overwritten():
+    f = mnjit(lambda x: x * 2)
+    first = f(jnp.ones(1000))
+    kept = np.array(first)
+    for i in range(5):
+        f(jnp.full(1000, float(i)))
+    np.testing.assert_array_equal(np.asarray(first), kept)
+
+
+def test_zero_copy_both_ways():
+    fn = lambda x, y: x * y  # noqa: E731
+    x, y = jnp.arange(64.0, dtype=jnp.float32), jnp.ones(64, jnp.float32)
+    lowered = mnjit(fn).lower(x, y)
+    runner = OrtRunner(lowered.model_bytes, [x.dtype, y.dtype], [jax.ShapeDtypeStruct((64,), jnp.float32)])
+    feeds, _ = runner.feeds([x, y])
+    assert feeds[0].data_ptr() == x.unsafe_buffer_pointer()
+    assert feeds[1].data_ptr() == y.unsafe_buffer_pointer()
+    fetches = runner.execute(feeds)
+    ort_pointer = fetches[0].data_ptr()
+    (out,) = runner.to_jax(fetches)
+    assert out.unsafe_buffer_pointer() == ort_pointer
+    np.testing.assert_array_equal(out, np.asarray(x * y))
+
+
+def test_lower_introspection(tmp_path):
+    f = mnjit(lambda x: jnp.exp(x).sum())
+    lowered = f.lower(jnp.ones((2, 3)))
+    assert "stablehlo.exponential" in lowered.as_text()
+    assert "exp" in str(lowered.jaxpr)
+    assert isinstance(lowered.onnx_model, onnx.ModelProto)
+    path = tmp_path / "f.onnx"
+    lowered.save(str(path))
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+
+
+LINE_OF_CALLBACK = None
+
+
+def test_unsupported_op_names_op_and_source_line():
+    def f(x):
+        global LINE_OF_CALLBACK
+        LINE_OF_CALLBACK = inspect.currentframe().f_lineno + 1
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    with pytest.raises(hlo2onnx.UnsupportedOpError) as info:
+        mnjit(f)(jnp.ones(3))
+    message = str(info.value)
+    assert "stablehlo.custom_call" in message
+    assert f"test_mnjit_api.py:{LINE_OF_CALLBACK}" in message
+
+
+def test_not_callable_is_a_clear_error():
+    with pytest.raises(TypeError, match="callable"):
+        mnjit(3)
