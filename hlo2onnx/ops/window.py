@@ -113,11 +113,11 @@ def reduce_window(ctx, *operands, window_dimensions, window_strides=None, base_d
     x, init = operands
     body = ctx.hlo_op.regions[0].blocks[0]
     reducer = single_reducer(body)
-    if reducer not in _COMBINE:
-        raise NotImplementedError(f"reduce_window with body {[op.operation.name for op in body.operations]}")
     win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
     shape, dtype = list(ctx.in_types[0].shape), ctx.out_type.dtype
     b = ctx.b
+    if reducer not in _COMBINE:
+        return _general_body(ctx, x, init, body, dtype, shape, win)
     result = _cumsum(b, x, reducer, dtype, shape, win)
     if result is None:
         result = _pool(b, x, reducer, dtype, shape, win)
@@ -192,48 +192,121 @@ def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
 
 def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
     fill = b.const(identity(reducer, dtype))
+    x, shape = _pad_and_dilate(b, x, shape, win, fill, dtype)
+    merge = lambda u, v, *_: combine(b, reducer, dtype, u, v)  # noqa: E731 - identity fill: nothing to mask
+    for axis in range(len(shape)):
+        if win.size[axis] > 1 or win.stride[axis] > 1:
+            x, _ = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
+                                win.dilation[axis], None)
+    return x
+
+
+# Ops a reduction body may use to be emitted on whole tensors instead of scalars.
+_ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
+    "add subtract multiply divide maximum minimum compare select abs negate exponential exponential_minus_one "
+    "log log_plus_one and or xor not constant convert clamp sqrt rsqrt power remainder tanh logistic sign "
+    "floor ceil is_finite").split())
+
+
+def _general_body(ctx, x, init, body, dtype, shape, win: Window) -> ir.Value:
+    """Any elementwise body (cumlogsumexp's logaddexp, ...): its identity is unknown, so holes are
+    tracked as static per-axis masks and skipped when combining."""
+    names = [op.operation.name for op in body.operations][:-1]
+    if any(name not in _ELEMENTWISE for name in names):
+        raise NotImplementedError(f"reduce_window with body {names}")
+    b = ctx.b
+    rank = len(shape)
+
+    def apply(u, v):
+        first = b.graph.num_nodes()
+        result = ctx.translator.emit_block(body, [u, v], b)[0]
+        for node in list(b.graph)[first:]:
+            for value in node.outputs:  # the body is typed on scalars; here it runs on windows
+                value.type, value.shape = None, None
+        return result
+
+    def merge(u, v, axis, u_ok, v_ok):
+        merged = apply(u, v)
+        both = u_ok & v_ok
+        if both.all():
+            return merged
+        mask = lambda m: b.const(m.reshape([-1] + [1] * (rank - 1 - axis)))  # noqa: E731
+        either = b.typed("Where", mask(u_ok), u, v, dtype=dtype, cast=(1, 2))
+        return b.typed("Where", mask(both), merged, either, dtype=dtype, cast=(1, 2))
+
+    valid = [np.ones(n, bool) for n in shape]
+    for axis, factor in enumerate(win.base_dilation):
+        if factor > 1 and shape[axis] > 0:
+            valid[axis] = np.zeros((shape[axis] - 1) * factor + 1, bool)
+            valid[axis][::factor] = True
+    for axis, (lo, hi) in enumerate(zip(win.lo, win.hi)):
+        valid[axis] = np.pad(valid[axis][max(-lo, 0):len(valid[axis]) - max(-hi, 0)], (max(lo, 0), max(hi, 0)))
+    x, shape = _pad_and_dilate(b, x, shape, win, init, dtype)
+    for axis in range(rank):
+        if win.size[axis] > 1 or win.stride[axis] > 1:
+            x, valid[axis] = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
+                                          win.dilation[axis], valid[axis])
+    result = apply(init, x)  # XLA starts each window from init
+    if all(v.all() for v in valid):
+        return result
+    ok = None
+    for axis, v in enumerate(valid):
+        if not v.all():
+            part = b.const(v.reshape([-1] + [1] * (rank - 1 - axis)))
+            ok = part if ok is None else b.op("And", ok, part)
+    return b.typed("Where", ok, result, init, dtype=dtype, cast=(1, 2))
+
+
+def _pad_and_dilate(b, x, shape, win: Window, fill, dtype) -> tuple[ir.Value, list[int]]:
     shape = list(shape)
     for axis, factor in enumerate(win.base_dilation):
         if factor > 1 and shape[axis] > 0:
             x = dilate(b, x, shape, axis, factor, fill, dtype)
             shape[axis] = (shape[axis] - 1) * factor + 1
     x = edge_pad(b, x, win.lo, win.hi, fill, dtype)
-    shape = [n + lo + hi for n, lo, hi in zip(shape, win.lo, win.hi)]
-    for axis in range(len(shape)):
-        if win.size[axis] > 1 or win.stride[axis] > 1:
-            x = _window_axis(b, x, reducer, dtype, axis, shape[axis], win.size[axis], win.stride[axis],
-                             win.dilation[axis])
-    return x
+    return x, [n + lo + hi for n, lo, hi in zip(shape, win.lo, win.hi)]
 
 
-def _window_axis(b, x, reducer, dtype, axis, n, k, stride, dilation) -> ir.Value:
-    """Valid windows of `k` elements `dilation` apart, every `stride`, combined along one axis."""
+def _window_axis(b, x, merge, axis, n, k, stride, dilation, valid):
+    """Valid windows of `k` elements `dilation` apart, every `stride`, merged along one axis.
+
+    `valid` (per position, or None for all) follows the values through the merges.
+    """
     extent = dilation * (k - 1) + 1
     out = max(0, (n - extent) // stride + 1)
+    ok = np.ones(n, bool) if valid is None else valid
     if out == 0:
-        return axis_slice(b, x, axis, 0, 0)
+        return axis_slice(b, x, axis, 0, 0), ok[:0]
+
+    def merge_ok(u, v, u_ok, v_ok):
+        return merge(u, v, axis, u_ok, v_ok), u_ok | v_ok
+
     if k <= _DIRECT_WINDOW:
-        result = None
+        result = result_ok = None
         for t in range(k):
-            part = axis_slice(b, x, axis, t * dilation, t * dilation + (out - 1) * stride + 1, stride)
-            result = part if result is None else combine(b, reducer, dtype, result, part)
-        return result
-    # Doubling: block[m][i] combines x[i + u*dilation] for u < m; a window is a sum of power-of-two blocks.
+            stop = t * dilation + (out - 1) * stride + 1
+            part, part_ok = axis_slice(b, x, axis, t * dilation, stop, stride), ok[t * dilation:stop:stride]
+            result, result_ok = (part, part_ok) if result is None else merge_ok(result, part, result_ok, part_ok)
+        return result, result_ok
+    # Doubling: block[m][i] merges x[i + u*dilation] for u < m; a window is a sum of power-of-two blocks.
     length = n - extent + 1  # windows at stride 1
-    result, offset, block, block_len, m = None, 0, x, n, 1
+    result = result_ok = None
+    offset, block, block_ok, m = 0, x, ok, 1
     while True:
         if k & m:
-            part = axis_slice(b, block, axis, offset * dilation, offset * dilation + length)
-            result = part if result is None else combine(b, reducer, dtype, result, part)
+            start = offset * dilation
+            part, part_ok = axis_slice(b, block, axis, start, start + length), block_ok[start:start + length]
+            result, result_ok = (part, part_ok) if result is None else merge_ok(result, part, result_ok, part_ok)
             offset += m
         if 2 * m > k:
             break
-        shift = m * dilation
-        block = combine(b, reducer, dtype, axis_slice(b, block, axis, 0, block_len - shift),
-                        axis_slice(b, block, axis, shift, block_len))
-        block_len -= shift
+        shift, size = m * dilation, len(block_ok)
+        block, block_ok = merge_ok(axis_slice(b, block, axis, 0, size - shift), axis_slice(b, block, axis, shift, size),
+                                   block_ok[:size - shift], block_ok[shift:])
         m *= 2
-    return result if stride == 1 else axis_slice(b, result, axis, 0, (out - 1) * stride + 1, stride)
+    if stride > 1:
+        result, result_ok = axis_slice(b, result, axis, 0, (out - 1) * stride + 1, stride), result_ok[::stride]
+    return result, result_ok
 
 
 # -- select_and_scatter -----------------------------------------------------------
