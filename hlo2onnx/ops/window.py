@@ -1,0 +1,395 @@
+"""reduce_window and select_and_scatter.
+
+reduce_window becomes CumSum, MaxPool or AveragePool where the pattern fits,
+else a general lowering: pad, then per windowed axis combine strided slices
+(a few for small windows, log2(window) doublings for long ones, so cumprod and
+cummax stay O(n log n)).
+
+XLA (what jax.jit runs) skips padding cells and base-dilation holes and applies
+`init` once per window, whatever `init` is; so both kinds of holes are filled
+with the reducer's identity here and `init` is combined once at the end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+import onnx_ir as ir
+from jax.extend.mlir.dialects import stablehlo
+
+from hlo2onnx.ops.reduce import is_constant, single_reducer
+from hlo2onnx.ops.shape import reshape_to, transpose_to
+from hlo2onnx.registry import register
+from hlo2onnx.types import is_bool, is_float, onnx_dtype
+
+# reducer -> (ONNX op on bool, ONNX op otherwise). XLA's add/mul on pred are or/and.
+_COMBINE = {
+    "stablehlo.add": ("Or", "Add"),
+    "stablehlo.multiply": ("And", "Mul"),
+    "stablehlo.maximum": ("Or", "Max"),
+    "stablehlo.minimum": ("And", "Min"),
+    "stablehlo.and": ("And", "BitwiseAnd"),
+    "stablehlo.or": ("Or", "BitwiseOr"),
+}
+# Windows up to this size combine one strided slice per element; longer ones double.
+_DIRECT_WINDOW = 8
+
+
+def identity(reducer: str, dtype: np.dtype):
+    """The value a reducer ignores, as a numpy scalar of `dtype`."""
+    dtype = np.dtype(dtype)
+    if is_bool(dtype):
+        return np.bool_(reducer in ("stablehlo.multiply", "stablehlo.minimum", "stablehlo.and"))
+    if reducer in ("stablehlo.add", "stablehlo.or"):
+        return dtype.type(0)
+    if reducer == "stablehlo.multiply":
+        return dtype.type(1)
+    if reducer == "stablehlo.and":
+        return np.array(-1).astype(dtype)[()]  # all bits set
+    if is_float(dtype):
+        return dtype.type(-np.inf if reducer == "stablehlo.maximum" else np.inf)
+    info = np.iinfo(dtype)
+    return dtype.type(info.min if reducer == "stablehlo.maximum" else info.max)
+
+
+def combine(b, reducer: str, dtype: np.dtype, x: ir.Value, y: ir.Value) -> ir.Value:
+    bool_op, op = _COMBINE[reducer]
+    return b.op(bool_op, x, y) if is_bool(dtype) else b.typed(op, x, y, dtype=dtype)
+
+
+def axis_slice(b, x: ir.Value, axis: int, start: int, stop: int, step: int = 1) -> ir.Value:
+    return b.op("Slice", x, b.shape_const([start]), b.shape_const([stop]), b.shape_const([axis]),
+                b.shape_const([step]))
+
+
+def dilate(b, x: ir.Value, shape: list[int], axis: int, factor: int, fill: ir.Value, dtype) -> ir.Value:
+    """Puts `factor - 1` fill elements between neighbours along `axis`: (n) -> (n, factor) -> n*factor -> crop."""
+    n = shape[axis]
+    x = b.op("Unsqueeze", x, b.shape_const([axis + 1]))
+    pads = [0] * (2 * (len(shape) + 1))
+    pads[len(shape) + 1 + axis + 1] = factor - 1
+    x = b.typed("Pad", x, b.shape_const(pads), fill, dtype=dtype, cast=(0, 2), mode="constant")
+    x = reshape_to(b, x, shape[:axis] + [n * factor] + shape[axis + 1:])
+    return axis_slice(b, x, axis, 0, (n - 1) * factor + 1)
+
+
+def edge_pad(b, x: ir.Value, lo, hi, fill: ir.Value, dtype) -> ir.Value:
+    """ONNX Pad crops for negative pads, like StableHLO."""
+    if not any(lo) and not any(hi):
+        return x
+    return b.typed("Pad", x, b.shape_const(list(lo) + list(hi)), fill, dtype=dtype, cast=(0, 2), mode="constant")
+
+
+@dataclass(frozen=True)
+class Window:
+    """Per-axis window attributes with StableHLO's defaults filled in."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    base_dilation: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+    @classmethod
+    def read(cls, size, strides=None, padding=None, base_dilations=None, window_dilations=None) -> "Window":
+        rank = len(size)
+        ones = (1,) * rank
+        pads = np.zeros((rank, 2), np.int64) if padding is None else np.array(padding, np.int64).reshape(rank, 2)
+        return cls(tuple(size), tuple(strides or ones), tuple(int(p) for p in pads[:, 0]),
+                   tuple(int(p) for p in pads[:, 1]), tuple(base_dilations or ones), tuple(window_dilations or ones))
+
+    def active(self, axis: int) -> bool:
+        return (self.size[axis], self.stride[axis], self.lo[axis], self.hi[axis], self.base_dilation[axis]) \
+            != (1, 1, 0, 0, 1)
+
+
+@register("stablehlo.reduce_window")
+def reduce_window(ctx, *operands, window_dimensions, window_strides=None, base_dilations=None,
+                  window_dilations=None, padding=None):
+    if len(operands) != 2:
+        raise NotImplementedError(f"variadic reduce_window over {len(operands) // 2} operands")
+    x, init = operands
+    body = ctx.hlo_op.regions[0].blocks[0]
+    reducer = single_reducer(body)
+    win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
+    shape, dtype = list(ctx.in_types[0].shape), ctx.out_type.dtype
+    b = ctx.b
+    if reducer not in _COMBINE:
+        return _general_body(ctx, x, init, body, dtype, shape, win)
+    result = _cumsum(b, x, reducer, dtype, shape, win)
+    if result is None:
+        result = _pool(b, x, reducer, dtype, shape, win)
+    if result is None:
+        result = _general(b, x, reducer, dtype, shape, win)
+    if not is_constant(init, identity(reducer, dtype)):
+        result = combine(b, reducer, dtype, result, init)
+    return result
+
+
+def _cumsum(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
+    """JAX's cumsum: one axis, window = axis length, padded n-1 on one side."""
+    active = [a for a in range(len(shape)) if win.active(a)]
+    if reducer != "stablehlo.add" or is_bool(dtype) or len(active) != 1:
+        return None
+    axis = active[0]
+    n = shape[axis]
+    if (win.size[axis], win.stride[axis], win.base_dilation[axis]) != (n, 1, 1) or n < 2:
+        return None
+    if (win.lo[axis], win.hi[axis]) not in ((n - 1, 0), (0, n - 1)):
+        return None
+    return b.typed("CumSum", x, b.const(np.int64(axis)), dtype=dtype, cast=(0,), reverse=int(win.hi[axis] > 0))
+
+
+def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
+    """MaxPool for integer max/min (min as ~max(~x)), AveragePool times the window size for float sums.
+
+    Float max stays on the general path: ORT's MaxPool skips NaNs and gives
+    -FLT_MAX, not -inf, for a window of -infs; XLA's max gives NaN and -inf.
+    """
+    active = [a for a in range(len(shape)) if win.active(a)]
+    if not active or len(active) > 3 or any(win.base_dilation[a] != 1 for a in active):
+        return None
+    if reducer in ("stablehlo.maximum", "stablehlo.minimum") and dtype.kind in "iu":
+        pool_op, compute = "MaxPool", dtype
+    elif reducer == "stablehlo.add" and is_float(dtype):
+        # AveragePool divides and the product re-multiplies: two roundings, too many for f16.
+        pool_op, compute = "AveragePool", np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+    else:
+        return None
+    if not b.target.supports(pool_op, compute):
+        return None
+    invert = reducer == "stablehlo.minimum"  # ~x reverses the order of signed and unsigned integers alike
+    x = b.typed("BitwiseNot", x, dtype=dtype) if invert else b.cast(x, compute)
+    fill = b.const(identity("stablehlo.add" if pool_op == "AveragePool" else "stablehlo.maximum", compute))
+    # Negative pads crop first; ORT needs pads < kernel, and a dilated window could see padding only.
+    x = edge_pad(b, x, [min(p, 0) for p in win.lo], [min(p, 0) for p in win.hi], fill, compute)
+    shape = [n + min(lo, 0) + min(hi, 0) for n, lo, hi in zip(shape, win.lo, win.hi)]
+    lo, hi = [max(p, 0) for p in win.lo], [max(p, 0) for p in win.hi]
+    if any(lo[a] >= win.size[a] or hi[a] >= win.size[a] or (win.dilation[a] > 1 and lo[a] + hi[a]) for a in active):
+        x = edge_pad(b, x, lo, hi, fill, compute)
+        shape = [n + p + q for n, p, q in zip(shape, lo, hi)]
+        lo, hi = [0] * len(shape), [0] * len(shape)
+    inactive = [a for a in range(len(shape)) if a not in active]
+    perm = inactive + active
+    x = transpose_to(b, x, perm)
+    x = reshape_to(b, x, [prod(shape[a] for a in inactive), 1] + [shape[a] for a in active])
+    kernel = [win.size[a] for a in active]
+    attrs = dict(kernel_shape=kernel, strides=[win.stride[a] for a in active],
+                 pads=[lo[a] for a in active] + [hi[a] for a in active], dilations=[win.dilation[a] for a in active])
+    if pool_op == "AveragePool":
+        pooled = b.op("AveragePool", x, count_include_pad=1, **attrs)
+        pooled = b.cast(b.op("Mul", pooled, b.const(np.asarray(prod(kernel), compute))), dtype)
+    else:
+        pooled = b.op("MaxPool", x, **attrs)
+    out_shape = [shape[a] for a in inactive] + [
+        (shape[a] + lo[a] + hi[a] - win.dilation[a] * (win.size[a] - 1) - 1) // win.stride[a] + 1 for a in active]
+    pooled = reshape_to(b, pooled, out_shape)
+    pooled = transpose_to(b, pooled, [int(i) for i in np.argsort(perm)])
+    return b.typed("BitwiseNot", pooled, dtype=dtype) if invert else pooled
+
+
+def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
+    fill = b.const(identity(reducer, dtype))
+    x, shape = _pad_and_dilate(b, x, shape, win, fill, dtype)
+    merge = lambda u, v, *_: combine(b, reducer, dtype, u, v)  # noqa: E731 - identity fill: nothing to mask
+    for axis in range(len(shape)):
+        if win.size[axis] > 1 or win.stride[axis] > 1:
+            x, _ = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
+                                win.dilation[axis], None)
+    return x
+
+
+# Ops a reduction body may use to be emitted on whole tensors instead of scalars.
+_ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
+    "add subtract multiply divide maximum minimum compare select abs negate exponential exponential_minus_one "
+    "log log_plus_one and or xor not constant convert clamp sqrt rsqrt power remainder tanh logistic sign "
+    "floor ceil is_finite").split())
+
+
+def _general_body(ctx, x, init, body, dtype, shape, win: Window) -> ir.Value:
+    """Any elementwise body (cumlogsumexp's logaddexp, ...): its identity is unknown, so holes are
+    tracked as static per-axis masks and skipped when combining."""
+    names = [op.operation.name for op in body.operations][:-1]
+    if any(name not in _ELEMENTWISE for name in names):
+        raise NotImplementedError(f"reduce_window with body {names}")
+    b = ctx.b
+    rank = len(shape)
+
+    def apply(u, v):
+        first = b.graph.num_nodes()
+        result = ctx.translator.emit_block(body, [u, v], b)[0]
+        for node in list(b.graph)[first:]:
+            for value in node.outputs:  # the body is typed on scalars; here it runs on windows
+                value.type, value.shape = None, None
+        return result
+
+    def merge(u, v, axis, u_ok, v_ok):
+        merged = apply(u, v)
+        both = u_ok & v_ok
+        if both.all():
+            return merged
+        mask = lambda m: b.const(m.reshape([-1] + [1] * (rank - 1 - axis)))  # noqa: E731
+        either = b.typed("Where", mask(u_ok), u, v, dtype=dtype, cast=(1, 2))
+        return b.typed("Where", mask(both), merged, either, dtype=dtype, cast=(1, 2))
+
+    valid = [np.ones(n, bool) for n in shape]
+    for axis, factor in enumerate(win.base_dilation):
+        if factor > 1 and shape[axis] > 0:
+            valid[axis] = np.zeros((shape[axis] - 1) * factor + 1, bool)
+            valid[axis][::factor] = True
+    for axis, (lo, hi) in enumerate(zip(win.lo, win.hi)):
+        valid[axis] = np.pad(valid[axis][max(-lo, 0):len(valid[axis]) - max(-hi, 0)], (max(lo, 0), max(hi, 0)))
+    x, shape = _pad_and_dilate(b, x, shape, win, init, dtype)
+    for axis in range(rank):
+        if win.size[axis] > 1 or win.stride[axis] > 1:
+            x, valid[axis] = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
+                                          win.dilation[axis], valid[axis])
+    result = apply(init, x)  # XLA starts each window from init
+    if all(v.all() for v in valid):
+        return result
+    ok = None
+    for axis, v in enumerate(valid):
+        if not v.all():
+            part = b.const(v.reshape([-1] + [1] * (rank - 1 - axis)))
+            ok = part if ok is None else b.op("And", ok, part)
+    return b.typed("Where", ok, result, init, dtype=dtype, cast=(1, 2))
+
+
+def _pad_and_dilate(b, x, shape, win: Window, fill, dtype) -> tuple[ir.Value, list[int]]:
+    shape = list(shape)
+    for axis, factor in enumerate(win.base_dilation):
+        if factor > 1 and shape[axis] > 0:
+            x = dilate(b, x, shape, axis, factor, fill, dtype)
+            shape[axis] = (shape[axis] - 1) * factor + 1
+    x = edge_pad(b, x, win.lo, win.hi, fill, dtype)
+    return x, [n + lo + hi for n, lo, hi in zip(shape, win.lo, win.hi)]
+
+
+def _window_axis(b, x, merge, axis, n, k, stride, dilation, valid):
+    """Valid windows of `k` elements `dilation` apart, every `stride`, merged along one axis.
+
+    `valid` (per position, or None for all) follows the values through the merges.
+    """
+    extent = dilation * (k - 1) + 1
+    out = max(0, (n - extent) // stride + 1)
+    ok = np.ones(n, bool) if valid is None else valid
+    if out == 0:
+        return axis_slice(b, x, axis, 0, 0), ok[:0]
+
+    def merge_ok(u, v, u_ok, v_ok):
+        return merge(u, v, axis, u_ok, v_ok), u_ok | v_ok
+
+    if k <= _DIRECT_WINDOW:
+        result = result_ok = None
+        for t in range(k):
+            stop = t * dilation + (out - 1) * stride + 1
+            part, part_ok = axis_slice(b, x, axis, t * dilation, stop, stride), ok[t * dilation:stop:stride]
+            result, result_ok = (part, part_ok) if result is None else merge_ok(result, part, result_ok, part_ok)
+        return result, result_ok
+    # Doubling: block[m][i] merges x[i + u*dilation] for u < m; a window is a sum of power-of-two blocks.
+    length = n - extent + 1  # windows at stride 1
+    result = result_ok = None
+    offset, block, block_ok, m = 0, x, ok, 1
+    while True:
+        if k & m:
+            start = offset * dilation
+            part, part_ok = axis_slice(b, block, axis, start, start + length), block_ok[start:start + length]
+            result, result_ok = (part, part_ok) if result is None else merge_ok(result, part, result_ok, part_ok)
+            offset += m
+        if 2 * m > k:
+            break
+        shift, size = m * dilation, len(block_ok)
+        block, block_ok = merge_ok(axis_slice(b, block, axis, 0, size - shift), axis_slice(b, block, axis, shift, size),
+                                   block_ok[:size - shift], block_ok[shift:])
+        m *= 2
+    if stride > 1:
+        result, result_ok = axis_slice(b, result, axis, 0, (out - 1) * stride + 1, stride), result_ok[::stride]
+    return result, result_ok
+
+
+# -- select_and_scatter -----------------------------------------------------------
+
+_SELECT = {"GE": "GreaterOrEqual", "GT": "Greater", "LE": "LessOrEqual", "LT": "Less"}
+_SCATTER = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
+            "stablehlo.minimum": "min"}
+
+
+@register("stablehlo.select_and_scatter")
+def select_and_scatter(ctx, operand, source, init, *, window_dimensions, window_strides=None, padding=None):
+    """Selects each window's element as XLA does (row-major, keep the pick while `select(pick, next)`),
+    then scatters `source` onto the picks with ScatterElements' reduction."""
+    select_op = _select_compare(ctx.hlo_op.regions[0].blocks[0])
+    scatter = _SCATTER.get(single_reducer(ctx.hlo_op.regions[1].blocks[0]))
+    if select_op is None or scatter is None:
+        raise NotImplementedError("select_and_scatter with a select other than one compare, "
+                                  "or a scatter other than add/mul/max/min")
+    b = ctx.b
+    shape, dtype = list(ctx.in_types[0].shape), ctx.out_type.dtype
+    src_shape = list(ctx.in_types[1].shape)
+    win = Window.read(window_dimensions, window_strides, padding)
+    rank = len(shape)
+    padded = edge_pad(b, operand, win.lo, win.hi, b.const(np.zeros((), dtype)), dtype)
+    padded_shape = [n + lo + hi for n, lo, hi in zip(shape, win.lo, win.hi)]
+    flat_strides = [prod(shape[a + 1:]) for a in range(rank)]
+    has_padding = any(win.lo) or any(win.hi)
+    best = best_off = best_ok = None
+    for t in np.ndindex(*win.size):
+        starts = list(t)
+        ends = [s + (j - 1) * st + 1 for s, j, st in zip(starts, src_shape, win.stride)]
+        cand = b.op("Slice", padded, b.shape_const(starts), b.shape_const(ends), b.shape_const(range(rank)),
+                    b.shape_const(win.stride))
+        off = b.const(np.int64(sum(ti * fs for ti, fs in zip(t, flat_strides))))
+        valid = _valid_mask(b, t, shape, src_shape, win) if has_padding else None
+        if best is None:
+            best, best_off, best_ok = cand, b.op("Expand", off, b.shape_const(src_shape)), valid
+            continue
+        take = b.op("Not", b.typed(select_op, best, cand, dtype=dtype, result_dtype=np.bool_))
+        if valid is not None:
+            take = b.op("And", valid, b.op("Or", b.op("Not", best_ok), take))
+            best_ok = b.op("Or", best_ok, valid)
+        best = b.typed("Where", take, cand, best, dtype=dtype, cast=(1, 2))
+        best_off = b.op("Where", take, off, best_off)
+    # Flat index of each pick in the unpadded operand; windows that saw padding only go to a dummy slot.
+    index = best_off
+    for a in range(rank):
+        base = (np.arange(src_shape[a], dtype=np.int64) * win.stride[a] - win.lo[a]) * flat_strides[a]
+        index = b.op("Add", index, b.const(base.reshape([-1] + [1] * (rank - 1 - a))))
+    size = prod(shape)
+    if best_ok is not None:
+        index = b.op("Where", best_ok, index, b.const(np.int64(size)))
+    index = reshape_to(b, index, [-1])
+    # Measured: ORT 1.31 has no f16 ScatterElements kernel for reduction add/mul (nor bf16 for any).
+    compute = np.dtype(np.float32) if dtype.itemsize < 4 and is_float(dtype) else dtype
+    data = b.op("Expand", b.cast(reshape_to(b, init, [1]), compute), b.shape_const([size + int(has_padding)]))
+    updates = b.cast(reshape_to(b, source, [-1]), compute)
+    result = b.op("ScatterElements", data, index, updates, axis=0, reduction=scatter)
+    if has_padding:
+        result = axis_slice(b, result, 0, 0, size)
+    return reshape_to(b, b.cast(result, dtype), shape)
+
+
+def _select_compare(body) -> str | None:
+    ops = list(body.operations)
+    if len(ops) != 2 or ops[0].operation.name != "stablehlo.compare" or list(ops[0].operands) != list(body.arguments):
+        return None
+    attrs = ops[0].attributes
+    if "compare_type" in attrs and stablehlo.ComparisonTypeAttr(attrs["compare_type"]).value == "TOTALORDER":
+        return None
+    return _SELECT.get(stablehlo.ComparisonDirectionAttr(attrs["comparison_direction"]).value)
+
+
+def _valid_mask(b, t, shape, src_shape, win: Window) -> ir.Value:
+    """Where window offset `t` lands inside the unpadded operand, for every window."""
+    mask = None
+    for a in range(len(shape)):
+        pos = np.arange(src_shape[a]) * win.stride[a] + t[a] - win.lo[a]
+        inside = (pos >= 0) & (pos < shape[a])
+        if inside.all():
+            continue
+        part = b.const(inside.reshape([-1] + [1] * (len(shape) - 1 - a)))
+        mask = part if mask is None else b.op("And", mask, part)
+    if mask is None:
+        return b.op("Expand", b.const(np.bool_(True)), b.shape_const(src_shape))
+    return b.op("Expand", mask, b.shape_const(src_shape))
