@@ -55,7 +55,7 @@ _ORT_CPU_MISSING = {
     "ArgMax": "bool int16 uint16 uint32 uint64", "ArgMin": "bool int16 uint16 uint32 uint64",
     "MatMul": "bool int8 int16 uint8 uint16", "Gemm": "bool " + _INTS,
     "CumSum": "bool int8 int16 uint8 uint16 uint32 uint64",
-    "Pad": "int16 uint16", "Clip": "bool", "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
+    "Pad": "int16 uint16", "TopK": "bool uint16 uint32 uint64", "Clip": "bool", "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
     **{op: _FLOAT_ONLY for op in ("Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sin", "Cos", "Floor",
                                   "Ceil", "Round", "Sigmoid", "IsNaN", "IsInf")},
     **{op: _TRANSCENDENTAL_F64 for op in ("Tan", "Erf", "Atan", "Asin", "Acos", "Sinh", "Cosh",

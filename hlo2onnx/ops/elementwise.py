@@ -6,6 +6,7 @@ from functools import partial
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.ops.sort import total_order_compare
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, is_unsigned
 
@@ -142,7 +143,7 @@ _COMPARE = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "
 def compare(ctx, x, y, *, comparison_direction: str, compare_type: str | None = None):
     dtype = ctx.in_types[0].dtype
     if compare_type == "TOTALORDER":
-        raise NotImplementedError("TOTALORDER comparison")
+        return total_order_compare(ctx.b, x, y, comparison_direction, dtype)
     if comparison_direction == "NE":
         return ctx.b.op("Not", ctx.b.typed("Equal", x, y, dtype=dtype, result_dtype=bool))
     return ctx.b.typed(_COMPARE[comparison_direction], x, y, dtype=dtype, result_dtype=bool)
