@@ -1,6 +1,7 @@
 """Integer bit ops on every width, bitcast_convert, reduce_precision, iota of every dtype."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from jax import lax
 
 from harness import Case, rand, run_case
+from hlo2onnx.registry import RULES
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 BF16 = ml_dtypes.bfloat16
@@ -89,6 +91,10 @@ CASES = [
     Case("shift_right_i8_by_i8_array", lambda a: a >> jnp.int8(9), (full_range(np.int8),)),
     Case("right_shift_u16", jnp.right_shift, (full_range(np.uint16), amounts(np.uint16))),
     Case("left_shift_jnp_i64", jnp.left_shift, (full_range(np.int64), amounts(np.int64)), x64=True),
+    # 64-bit remainders past 2^53 (ORT's integer fmod goes through double)
+    *[Case(f"div_rem_large_{np.dtype(d).name}", lambda a, c: (lax.div(a, c), lax.rem(a, c)),
+           (full_range(d, 24), np.where(full_range(d, 24, 1) == 0, 3, full_range(d, 24, 1) >> 20).astype(d)), x64=True)
+      for d in WIDE_INTS],
     Case("bitwise_bool", bitwise, (rand((3, 4), bool), rand((3, 4), bool, 1))),
     # bitcast_convert, equal widths
     Case("bitcast_f32_i32", bitcast(jnp.int32), (float_specials(F32),)),
@@ -146,4 +152,61 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=repr)
 def test_bits(case: Case) -> None:
+    run_case(case)
+
+
+# -- jax.random (default threefry2x32): bit-identical to jax.jit --------------------------
+KEY = np.asarray(jax.random.key_data(jax.random.PRNGKey(1234)))
+LOGITS = np.log(np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25], [0.02, 0.97, 0.01]], np.float32))
+
+
+def typed(fn):
+    """Runs `fn` on a typed key made from raw key data; typed keys cannot be a jit argument or result here."""
+    return lambda k, *args: fn(jax.random.wrap_key_data(k), *args)
+
+
+# JAX's CPU lowering of threefry2x32 is a rolled fori_loop: everything but seeding needs stablehlo.while.
+NEEDS_WHILE = pytest.mark.skipif("stablehlo.while" not in RULES,
+                                 reason="jax.random's threefry2x32 lowers to stablehlo.while on CPU, not translated "
+                                        "on this branch (the control-flow branch translates it)")
+SEEDING = [
+    Case("prng_key", lambda s: jax.random.key_data(jax.random.key(s)), (np.int32(42),), tol=(0, 0)),
+    Case("prng_PRNGKey", jax.random.PRNGKey, (np.int32(-7),), tol=(0, 0)),
+    Case("prng_PRNGKey_x64", jax.random.PRNGKey, (np.int64(2**40 + 3),), tol=(0, 0), x64=True),
+]
+DRAWS = [
+    Case("prng_split", typed(lambda k: jax.random.key_data(jax.random.split(k, 3))), (KEY,), tol=(0, 0)),
+    Case("prng_split_raw", lambda k: jax.random.split(k, 4), (KEY,), tol=(0, 0)),
+    Case("prng_fold_in", typed(lambda k, d: jax.random.key_data(jax.random.fold_in(k, d))), (KEY, np.int32(7)),
+         tol=(0, 0)),
+    Case("prng_uniform", typed(lambda k: jax.random.uniform(k, (5, 3))), (KEY,), tol=(0, 0)),
+    Case("prng_uniform_f16_bounds", typed(lambda k: jax.random.uniform(k, (9,), jnp.float16, -2, 3)), (KEY,),
+         tol=(0, 0)),
+    Case("prng_uniform_f64", typed(lambda k: jax.random.uniform(k, (6,), jnp.float64)), (KEY,), tol=(0, 0), x64=True),
+    # normal goes through erf_inv's polynomial, where XLA's float rounding may differ by an ulp from ORT's
+    Case("prng_normal", typed(lambda k: jax.random.normal(k, (5, 3))), (KEY,)),
+    Case("prng_randint", typed(lambda k: jax.random.randint(k, (7,), -5, 100)), (KEY,), tol=(0, 0)),
+    Case("prng_randint_u8", typed(lambda k: jax.random.randint(k, (7,), 3, 250, jnp.uint8)), (KEY,), tol=(0, 0)),
+    Case("prng_randint_i64", typed(lambda k: jax.random.randint(k, (5,), -2**40, 2**50, jnp.int64)), (KEY,),
+         tol=(0, 0), x64=True),
+    Case("prng_bits_u64", typed(lambda k: jax.random.bits(k, (4,), jnp.uint64)), (KEY,), tol=(0, 0), x64=True),
+    Case("prng_bernoulli", typed(lambda k: jax.random.bernoulli(k, 0.3, (9,))), (KEY,), tol=(0, 0)),
+    Case("prng_categorical", typed(jax.random.categorical), (KEY, LOGITS), tol=(0, 0)),
+    Case("prng_permutation", typed(lambda k: jax.random.permutation(k, 10)), (KEY,), tol=(0, 0)),
+    Case("prng_permutation_array", typed(jax.random.permutation), (KEY, np.arange(12.0, dtype=np.float32)),
+         tol=(0, 0)),
+    Case("prng_shuffle_rows", typed(lambda k, x: jax.random.permutation(k, x, axis=0, independent=True)),
+         (KEY, np.arange(20, dtype=np.int32).reshape(4, 5)), tol=(0, 0)),
+    Case("prng_choice", typed(lambda k: jax.random.choice(k, 10, (4,), replace=False)), (KEY,), tol=(0, 0)),
+]
+
+
+@pytest.mark.parametrize("case", SEEDING, ids=repr)
+def test_prng_seeding(case: Case) -> None:
+    run_case(case)
+
+
+@NEEDS_WHILE
+@pytest.mark.parametrize("case", DRAWS, ids=repr)
+def test_prng_draws(case: Case) -> None:
     run_case(case)

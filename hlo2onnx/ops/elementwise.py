@@ -51,7 +51,9 @@ def _int_division(ctx, x: ir.Value, y: ir.Value, *, remainder: bool) -> ir.Value
                         b.op("Equal", y, b.const(-1, dtype)))
         safe_y = b.typed("Where", overflow, b.const(1, dtype), safe_y, dtype=dtype, cast=(1, 2))
     if remainder:
-        result = b.typed("Mod", x, safe_y, dtype=dtype, fmod=1)
+        # Not Mod(fmod=1): ORT computes it through double, wrong for 64-bit values past 2^53.
+        quotient = b.typed("Div", x, safe_y, dtype=dtype)  # truncates, like C
+        result = b.typed("Sub", x, b.typed("Mul", quotient, safe_y, dtype=dtype), dtype=dtype)
         if not is_unsigned(dtype):
             result = b.typed("Where", overflow, zero, result, dtype=dtype, cast=(1, 2))
         return b.typed("Where", y_is_zero, x, result, dtype=dtype, cast=(1, 2))
