@@ -55,7 +55,8 @@ _ORT_CPU_MISSING = {
     "ArgMax": "bool int16 uint16 uint32 uint64", "ArgMin": "bool int16 uint16 uint32 uint64",
     "MatMul": "bool int8 int16 uint8 uint16", "Gemm": "bool " + _INTS,
     "CumSum": "bool int8 int16 uint8 uint16 uint32 uint64",
-    "Pad": "int16 uint16", "Clip": "bool", "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
+    "Pad": "int16 uint16", "TopK": "bool uint16 uint32 uint64", "Clip": "bool",
+    "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
     # Convolutions and pools: float kernels only, and no f64 Conv/ConvTranspose/AveragePool.
     "Conv": _FLOAT_ONLY + " float64", "ConvTranspose": _FLOAT_ONLY + " float64",
     "AveragePool": _FLOAT_ONLY + " float64", "MaxPool": "bool int16 int32 int64 uint16 uint32 uint64",

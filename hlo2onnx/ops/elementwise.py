@@ -6,6 +6,7 @@ from functools import partial
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.ops.sort import total_order_compare
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, is_unsigned
 
@@ -50,7 +51,9 @@ def _int_division(ctx, x: ir.Value, y: ir.Value, *, remainder: bool) -> ir.Value
                         b.op("Equal", y, b.const(-1, dtype)))
         safe_y = b.typed("Where", overflow, b.const(1, dtype), safe_y, dtype=dtype, cast=(1, 2))
     if remainder:
-        result = b.typed("Mod", x, safe_y, dtype=dtype, fmod=1)
+        # Not Mod(fmod=1): ORT computes it through double, wrong for 64-bit values past 2^53.
+        quotient = b.typed("Div", x, safe_y, dtype=dtype)  # truncates, like C
+        result = b.typed("Sub", x, b.typed("Mul", quotient, safe_y, dtype=dtype), dtype=dtype)
         if not is_unsigned(dtype):
             result = b.typed("Where", overflow, zero, result, dtype=dtype, cast=(1, 2))
         return b.typed("Where", y_is_zero, x, result, dtype=dtype, cast=(1, 2))
@@ -142,7 +145,7 @@ _COMPARE = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "
 def compare(ctx, x, y, *, comparison_direction: str, compare_type: str | None = None):
     dtype = ctx.in_types[0].dtype
     if compare_type == "TOTALORDER":
-        raise NotImplementedError("TOTALORDER comparison")
+        return total_order_compare(ctx.b, x, y, comparison_direction, dtype)
     if comparison_direction == "NE":
         return ctx.b.op("Not", ctx.b.typed("Equal", x, y, dtype=dtype, result_dtype=bool))
     return ctx.b.typed(_COMPARE[comparison_direction], x, y, dtype=dtype, result_dtype=bool)

@@ -5,6 +5,7 @@ import numpy as np
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx.ops.sort import flip_top_bit
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, onnx_dtype
 
@@ -87,6 +88,9 @@ def _arg_reduce(ctx, x, indices, x_init, index_init, *, dimensions, body):
     b = ctx.b
     axis = dimensions[0]
     dtype = ctx.in_types[0].dtype
+    unsigned64 = dtype == np.uint64
+    if unsigned64:  # ORT runs these in int64: flip the top bit so that int64 order is uint64 order
+        x, dtype = flip_top_bit(b, x), np.dtype(np.int64)
     arg_op, value_op = ("ArgMax", "ReduceMax") if direction == "GT" else ("ArgMin", "ReduceMin")
     index = b.typed(arg_op, x, dtype=dtype, result_dtype=np.int64, axis=axis, keepdims=0, select_last_index=0)
     values = b.typed(value_op, x, b.shape_const([axis]), dtype=dtype, cast=(0,), keepdims=0)
@@ -96,6 +100,8 @@ def _arg_reduce(ctx, x, indices, x_init, index_init, *, dimensions, body):
         any_nan = b.op("Cast", b.op("ReduceMax", nan, b.shape_const([axis]), keepdims=0), to=onnx_dtype(np.bool_))
         index = b.op("Where", any_nan, first_nan, index)
         values = b.typed("Where", any_nan, b.const(np.nan, dtype), values, dtype=dtype, cast=(1, 2))
+    if unsigned64:
+        values = flip_top_bit(b, values, back=True)
     return values, b.cast(index, ctx.out_types[1].dtype)
 
 

@@ -1,0 +1,302 @@
+"""stablehlo.sort, and the float total order that its comparators (and TOTALORDER compares) use.
+
+JAX's comparators are lexicographic over `num_keys` operands, each key compared
+with LT (GT for top_k), floats under TOTALORDER after mapping -0 to 0 and every
+NaN to one NaN. Such a comparator is read into a list of keys and the sort is
+built from ONNX TopK, which ties equal values by index and so is stable: one
+TopK per key, least significant first (an LSD radix sort over keys). Any other
+comparator is evaluated on all pairs of elements (O(n^2), small sizes only).
+
+ORT's TopK orders NaNs arbitrarily, so float keys are first mapped to keys
+whose ordinary order is the total order. NaN signs cannot be read without a
+bit cast (ORT has none): every NaN counts as +NaN, which JAX's own
+canonicalization does anyway; only a raw TOTALORDER compare of a NaN whose
+sign bit is set differs from XLA (it sorts last instead of first).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+from jax.extend.mlir import ir as mlir
+from jax.extend.mlir.dialects import stablehlo
+
+from hlo2onnx import attrs as attr_codec
+from hlo2onnx.ops.shape import transpose_to
+from hlo2onnx.registry import RULES, register
+from hlo2onnx.types import TensorType, is_float, tensor_type
+
+F64 = np.dtype(np.float64)
+# Above every finite f32/f16/bf16 value and below f64's infinity: where those formats' infinities go.
+_BEYOND_F32 = 1e300
+# Between -0 and the smallest negative f32/f16/bf16 subnormal.
+_NEG_ZERO_F32 = -1e-300
+# Largest pair matrix (elements) the generic comparator path builds.
+_PAIRWISE_LIMIT = 1 << 24
+
+
+# -- the float total order --------------------------------------------------------
+def _is_negative_zero(b, x: ir.Value, dtype: np.dtype) -> ir.Value:
+    zero = b.typed("Equal", x, b.const(0, dtype), dtype=dtype, result_dtype=bool)
+    # 1 / -0 is -inf: the one arithmetic test that sees the sign of a zero.
+    reciprocal = b.typed("Reciprocal", x, dtype=dtype)
+    return b.op("And", zero, b.typed("Less", reciprocal, b.const(0, dtype), dtype=dtype, result_dtype=bool))
+
+
+def total_order_keys(b, x: ir.Value, dtype: np.dtype, canonical: bool) -> list[tuple[ir.Value, np.dtype]]:
+    """(key, dtype) pairs, most significant first, whose lexicographic order is IEEE totalOrder on `x`.
+
+    With `canonical`, -0 and 0 tie and all NaNs tie (JAX's sort canonicalization).
+    Floats narrower than f64 fit one f64 key; f64 needs a second, small key.
+    """
+    dtype = np.dtype(dtype)
+    nan = b.typed("IsNaN", x, dtype=dtype, result_dtype=bool)
+    inf = b.const(np.inf, F64)
+    if dtype.itemsize < 8:
+        wide = b.op("Clip", b.cast(x, F64), b.const(-_BEYOND_F32, F64), b.const(_BEYOND_F32, F64))
+        if not canonical:
+            wide = b.op("Where", _is_negative_zero(b, x, dtype), b.const(_NEG_ZERO_F32, F64), wide)
+        return [(b.op("Where", nan, inf, wide), F64)]
+    primary = b.op("Where", nan, inf, x)
+    secondary = b.cast(nan, np.int32)
+    if not canonical:
+        secondary = b.op("Sub", secondary, b.cast(_is_negative_zero(b, x, dtype), np.int32))
+    return [(primary, F64), (secondary, np.dtype(np.int32))]
+
+
+def total_order_compare(b, x: ir.Value, y: ir.Value, direction: str, dtype: np.dtype) -> ir.Value:
+    """`compare direction, x, y, TOTALORDER` on floats."""
+    if direction in ("GT", "GE"):
+        x, y, direction = y, x, {"GT": "LT", "GE": "LE"}[direction]
+    xs = [k for k, _ in total_order_keys(b, x, dtype, False)]
+    ys = [k for k, _ in total_order_keys(b, y, dtype, False)]
+    equal = [b.op("Equal", a, c) for a, c in zip(xs, ys)]
+    all_equal = equal[0] if len(equal) == 1 else b.op("And", *equal)
+    if direction == "EQ":
+        return all_equal
+    if direction == "NE":
+        return b.op("Not", all_equal)
+    less = b.op("Less", xs[-1], ys[-1])
+    for a, c, eq in zip(xs[-2::-1], ys[-2::-1], equal[-2::-1]):
+        less = b.op("Or", b.op("Less", a, c), b.op("And", eq, less))
+    return less if direction == "LT" else b.op("Or", less, all_equal)
+
+
+# -- reading the comparator ---------------------------------------------------------
+@dataclass(frozen=True)
+class SortKey:
+    operand: int
+    descending: bool
+    kind: str  # "int": plain order; "canonical": floats with -0 == 0, NaNs last; "total": IEEE totalOrder
+
+
+class _Unmatched(Exception):
+    pass
+
+
+def _producer(value: mlir.Value, name: str | None = None):
+    if isinstance(value, mlir.BlockArgument):
+        return None
+    op = value.owner
+    return op if name is None or op.operation.name == name else None
+
+
+def _compare_attrs(op) -> tuple[str, str | None]:
+    attributes = op.operation.attributes
+    direction = stablehlo.ComparisonDirectionAttr(attributes["comparison_direction"]).value
+    kind = stablehlo.ComparisonTypeAttr(attributes["compare_type"]).value if "compare_type" in attributes else None
+    return direction, kind
+
+
+def _splat(value: mlir.Value) -> float | None:
+    """The scalar a splat constant holds (read as a float attribute: bf16 has no numpy reading)."""
+    op = _producer(value, "stablehlo.constant")
+    if op is None or not op.operation.attributes["value"].is_splat:
+        return None
+    scalar = op.operation.attributes["value"].get_splat_value()
+    return scalar.value if isinstance(scalar, mlir.FloatAttr) else None
+
+
+def _view(value: mlir.Value) -> tuple[int, bool]:
+    """(block argument number, canonicalized) for an argument or JAX's `_canonicalize_float_for_sort` of one.
+
+    That is select(x != x, NaN, select(x == 0, 0, x)).
+    """
+    if isinstance(value, mlir.BlockArgument):
+        return value.arg_number, False
+    outer = _producer(value, "stablehlo.select")
+    if outer is not None:
+        is_nan, nan, inner = outer.operands
+        inner_op, is_nan_op = _producer(inner, "stablehlo.select"), _producer(is_nan, "stablehlo.compare")
+        if inner_op is not None and is_nan_op is not None:
+            is_zero, zero, arg = inner_op.operands
+            is_zero_op = _producer(is_zero, "stablehlo.compare")
+            nan_c, zero_c = _splat(nan), _splat(zero)
+            if (isinstance(arg, mlir.BlockArgument) and is_zero_op is not None
+                    and _compare_attrs(is_nan_op)[0] == "NE" and list(is_nan_op.operands) == [arg, arg]
+                    and _compare_attrs(is_zero_op)[0] == "EQ" and is_zero_op.operands[0] == arg
+                    and _splat(is_zero_op.operands[1]) == 0 and nan_c is not None and np.isnan(nan_c)
+                    and zero_c == 0 and not np.signbit(zero_c)):
+                return arg.arg_number, True
+    raise _Unmatched
+
+
+def _key_of(op, directions: tuple[str, ...]) -> tuple[SortKey, str]:
+    """The key a `compare` orders by, and its compare type."""
+    if op is None:
+        raise _Unmatched
+    direction, compare_type = _compare_attrs(op)
+    if direction not in directions:
+        raise _Unmatched
+    (lhs, lhs_canon), (rhs, rhs_canon) = _view(op.operands[0]), _view(op.operands[1])
+    if lhs_canon != rhs_canon or lhs // 2 != rhs // 2 or lhs == rhs:
+        raise _Unmatched
+    if lhs % 2:  # compare(y, x): the same key, the other way round
+        direction = {"LT": "GT", "GT": "LT", "EQ": "EQ"}[direction]
+    if compare_type in ("SIGNED", "UNSIGNED"):
+        kind = "int"
+    elif compare_type == "TOTALORDER" and not lhs_canon:
+        kind = "total"
+    else:  # FLOAT compares leave NaNs unordered; XLA's order for them is unspecified
+        kind = "canonical"
+    return SortKey(lhs // 2, direction == "GT", kind), compare_type
+
+
+def _lexicographic(value: mlir.Value) -> list[SortKey]:
+    """or(k0 < k0', and(k0 == k0', rest)), as `lax.sort(num_keys=n)` builds it, or one compare."""
+    op = _producer(value)
+    if op is None:
+        raise _Unmatched
+    name = op.operation.name
+    if name == "stablehlo.compare":
+        return [_key_of(op, ("LT", "GT"))[0]]
+    if name != "stablehlo.or":
+        raise _Unmatched
+    for first, rest in (op.operands, reversed(list(op.operands))):
+        try:
+            key, compare_type = _key_of(_producer(first, "stablehlo.compare"), ("LT", "GT"))
+        except _Unmatched:
+            continue
+        both = _producer(rest, "stablehlo.and")
+        if both is None:
+            continue
+        for eq, tail in (both.operands, reversed(list(both.operands))):
+            try:
+                eq_key, eq_type = _key_of(_producer(eq, "stablehlo.compare"), ("EQ",))
+            except _Unmatched:
+                continue
+            if eq_key.operand == key.operand and eq_key.kind == key.kind and eq_type == compare_type:
+                return [key, *_lexicographic(tail)]
+    raise _Unmatched
+
+
+def comparator_keys(block: mlir.Block) -> list[SortKey] | None:
+    """The lexicographic keys a comparator orders by, or None when it is not of that form."""
+    ret = list(block.operations)[-1]
+    try:
+        keys = _lexicographic(ret.operands[0])
+    except _Unmatched:
+        return None
+    return keys if len({k.operand for k in keys}) == len(keys) else None
+
+
+# -- the sort -----------------------------------------------------------------------
+def flip_top_bit(b, x: ir.Value, back: bool = False) -> ir.Value:
+    """uint64 <-> int64 keeping the order (no wider type holds uint64): x ^ 2^63, read as the other type."""
+    if back:
+        return b.op("BitwiseXor", b.cast(x, np.uint64), b.const(np.uint64(1 << 63)))
+    return b.cast(b.op("BitwiseXor", x, b.const(np.uint64(1 << 63))), np.int64)
+
+
+def _topk_indices(b, key: ir.Value, dtype: np.dtype, n: int, axis: int, descending: bool) -> ir.Value:
+    if dtype == np.uint64:
+        key, dtype = flip_top_bit(b, key), np.dtype(np.int64)
+    key = b.cast(key, b.target.compute_dtype("TopK", dtype))
+    _, indices = b.ops("TopK", key, b.shape_const([n]), num_outputs=2, axis=axis, largest=int(descending), sorted=1)
+    return indices
+
+
+def _order_keys(b, x: ir.Value, dtype: np.dtype, kind: str) -> list[tuple[ir.Value, np.dtype]]:
+    if kind == "int" or not is_float(dtype):
+        return [(x, dtype)]
+    return total_order_keys(b, x, dtype, kind == "canonical")
+
+
+def _keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int) -> ir.Value:
+    """Indices that sort along `axis` by `keys`: one stable TopK per key, least significant first."""
+    perm = None
+    for key in reversed(keys):
+        for part, dtype in reversed(_order_keys(b, operands[key.operand], dtypes[key.operand], key.kind)):
+            current = part if perm is None else b.op("GatherElements", part, perm, axis=axis)
+            indices = _topk_indices(b, current, dtype, n, axis, key.descending)
+            perm = indices if perm is None else b.op("GatherElements", perm, indices, axis=axis)
+    return perm
+
+
+def _pairwise_permutation(ctx, operands, n: int, axis: int) -> ir.Value:
+    """Sorts by evaluating the comparator on every pair (i, j); stable by index."""
+    b = ctx.b
+    shape = list(ctx.in_types[0].shape)
+    rank = len(shape)
+    moved = [d for d in range(rank) if d != axis] + [axis]
+    pair_shape = [shape[d] for d in moved] + [n]
+    if int(np.prod(pair_shape)) > _PAIRWISE_LIMIT:
+        raise NotImplementedError(f"sort with a non-lexicographic comparator over {n} elements")
+    args = []
+    for x in operands:
+        moved_x = transpose_to(b, x, moved)
+        for axes in ([rank], [rank - 1]):  # lhs[..., i, j] = x_i, rhs[..., i, j] = x_j
+            args.append(b.op("Expand", b.op("Unsqueeze", moved_x, b.shape_const(axes)), b.shape_const(pair_shape)))
+    less = _emit_pairwise(ctx, ctx.hlo_op.regions[0].blocks[0], args, pair_shape)
+    swap = list(range(rank - 1)) + [rank, rank - 1]
+    greater = b.op("Transpose", less, perm=swap)  # greater[i, j] = comp(x_j, x_i): j goes before i
+    line = b.op("Range", b.const(0, np.int64), b.const(n, np.int64), b.const(1, np.int64))
+    j_before_i = b.op("Less", b.op("Unsqueeze", line, b.shape_const([0])), b.op("Unsqueeze", line, b.shape_const([1])))
+    # j goes before i if comp(x_j, x_i), or if they tie and j comes first.
+    before = b.op("Or", greater, b.op("And", j_before_i, b.op("Not", less)))
+    position = b.op("ReduceSum", b.cast(before, np.int64), b.shape_const([rank]), keepdims=0)
+    _, perm = b.ops("TopK", position, b.shape_const([n]), num_outputs=2, axis=-1, largest=0, sorted=1)
+    return transpose_to(b, perm, [moved.index(d) for d in range(rank)])
+
+
+def _emit_pairwise(ctx, block: mlir.Block, args: list[ir.Value], shape: list[int]) -> ir.Value:
+    """Translates a scalar comparator on pair matrices: each op's rule sees the matrix shape."""
+    from hlo2onnx.translator import RuleContext, set_type
+
+    env = dict(zip(block.arguments, args))
+    for op in block.operations:
+        name = op.operation.name
+        if name == "stablehlo.return":
+            return env[op.operands[0]]
+        rule = RULES.get(name)
+        if rule is None:
+            raise NotImplementedError(f"sort comparator containing {name}")
+        widen = lambda v: TensorType(tuple(shape), tensor_type(v.type).dtype)  # noqa: E731
+        sub = RuleContext(ctx.b, op.operation, [widen(v) for v in op.operands], [widen(r) for r in op.results],
+                          ctx.translator)
+        outputs = rule(sub, *[env[v] for v in op.operands], **attr_codec.decode_all(op))
+        outputs = [outputs] if isinstance(outputs, ir.Value) else list(outputs)
+        for result, value, ttype in zip(op.results, outputs, sub.out_types):
+            if value.type is None:
+                set_type(value, ttype)
+            env[result] = value
+    raise NotImplementedError("sort comparator without a return")
+
+
+@register("stablehlo.sort")
+def sort(ctx, *operands, dimension: int, is_stable: bool = False):
+    b = ctx.b
+    shape = ctx.in_types[0].shape
+    axis = dimension % len(shape)
+    n = shape[axis]
+    if n <= 1:
+        return [b.op("Identity", x) for x in operands]
+    dtypes = [t.dtype for t in ctx.in_types]
+    keys = comparator_keys(ctx.hlo_op.regions[0].blocks[0])
+    # Stable either way: an unstable sort may order ties any way it likes.
+    if keys is not None:
+        perm = _keys_permutation(b, operands, dtypes, keys, n, axis)
+    else:
+        perm = _pairwise_permutation(ctx, operands, n, axis)
+    return [b.op("GatherElements", x, perm, axis=axis) for x in operands]
