@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax
+import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 from jax._src.lib import _jax  # raw DLPack import; public fallback below
@@ -20,6 +21,12 @@ _FAST_IMPORT = hasattr(_jax, "dlpack_managed_tensor_to_buffer")
 _ARRAY_TYPE = type(jax.numpy.zeros(()))
 _KDL_CPU = 1
 _BOOL = np.dtype(np.bool_)
+# dtype -> (same-width unsigned view, ONNX TensorProto type)
+_ML_DTYPES = {
+    np.dtype(ml_dtypes.bfloat16): (np.uint16, 16),
+    np.dtype(ml_dtypes.float8_e4m3fn): (np.uint8, 17),
+    np.dtype(ml_dtypes.float8_e5m2): (np.uint8, 19),
+}
 
 
 def session_options() -> ort.SessionOptions:
@@ -66,7 +73,11 @@ class OrtRunner:
             # np.asarray canonicalizes numpy leaves' dtypes as jax would (int64 -> int32 without x64).
             array = np.asarray(leaf, dtype=dtype)
             keep_alive.append(array)
-            feeds.push_back(_C.OrtValue.ortvalue_from_numpy(array, self._ort_cpu))
+            if dtype in _ML_DTYPES:  # ORT's numpy bridge knows no ml_dtypes: pass the bits and the ONNX type
+                feeds.push_back(_C.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    array.view(_ML_DTYPES[dtype][0]), _ML_DTYPES[dtype][1]))
+            else:
+                feeds.push_back(_C.OrtValue.ortvalue_from_numpy(array, self._ort_cpu))
         return feeds, keep_alive
 
     def execute(self, feeds):
@@ -96,6 +107,9 @@ class OrtRunner:
         for name, leaf, dtype in zip(self.input_names, leaves, self.in_dtypes):
             if type(leaf) is _ARRAY_TYPE and dtype != _BOOL and leaf.dtype == dtype:
                 feeds[name] = ort.OrtValue.from_dlpack(leaf)
+            elif dtype in _ML_DTYPES:
+                feeds[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    np.asarray(leaf, dtype=dtype).view(_ML_DTYPES[dtype][0]), _ML_DTYPES[dtype][1])
             else:
                 feeds[name] = ort.OrtValue.ortvalue_from_numpy(np.asarray(leaf, dtype=dtype))
         results = self.session.run_with_ort_values(self.output_names, feeds)

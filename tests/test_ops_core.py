@@ -130,6 +130,10 @@ CASES = [
     Case("reduce_init", lambda a: lax.reduce(a, np.float32(10.0), lax.add, (1,)), (x34,)),
     Case("argmax_ties_nan", lambda a: (jnp.argmax(a, axis=1), jnp.argmin(a, axis=1)),
          (np.array([[1, 3, 3, 0], [np.nan, 2, np.nan, 5], [4, 4, 4, 4]], F32),)),
+    Case("reduce_max_nan", lambda a: (a.max(axis=1), a.min(axis=0), a.max()),
+         (np.array([[1, np.nan, 3], [np.nan, 1, 2], [4, 5, 6]], F32),)),
+    Case("bf16_in_out", lambda a, b: (a * b + 1, a.astype(jnp.float32)),
+         (rand((3, 4)).astype(jnp.bfloat16), rand((3, 4), seed=1).astype(jnp.bfloat16))),
     Case("argmax_i32", lambda a: jnp.argmax(a, axis=0), (np.array([[1, 5], [5, 2], [3, 5]], np.int32),)),
     # pytrees, static args, python scalars
     Case("dict_in_out", lambda d: {"s": d["a"] + d["b"], "p": (d["a"] * 2,)}, ({"a": x34, "b": y34},)),

@@ -68,11 +68,20 @@ def reduce(ctx, *operands, dimensions):
         result = b.op("Identity", x)
     else:
         result = b.typed(reduce_op, x, b.shape_const(dimensions), dtype=dtype, cast=(0,), keepdims=0)
+        if reduce_op in ("ReduceMax", "ReduceMin") and is_float(dtype):
+            result = _propagate_nan(b, x, result, dimensions, dtype)
     if is_constant(init, _identity(reducer, dtype)):
         return result
     if is_bool(dtype):
         return b.op(combine_op, result, init)
     return b.typed(combine_op, result, init, dtype=dtype)
+
+
+def _propagate_nan(b, x, result, dimensions, dtype):
+    """XLA's max/min reductions return NaN if any input is NaN; ORT's skip NaNs after the first element."""
+    nan = b.cast(b.typed("IsNaN", x, dtype=dtype, result_dtype=bool), np.uint8)
+    any_nan = b.cast(b.op("ReduceMax", nan, b.shape_const(dimensions), keepdims=0), np.bool_)
+    return b.typed("Where", any_nan, b.const(np.nan, dtype), result, dtype=dtype, cast=(1, 2))
 
 
 def _arg_reduce(ctx, x, indices, x_init, index_init, *, dimensions, body):

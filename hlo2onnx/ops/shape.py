@@ -33,7 +33,7 @@ def broadcast_in_dim(ctx, x, *, broadcast_dimensions):
     if aligned != kept:
         x = reshape_to(b, x, aligned)
     if aligned != list(out_shape):
-        x = b.op("Expand", x, b.shape_const(out_shape))
+        x = b.typed("Expand", x, b.shape_const(out_shape), dtype=ctx.out_type.dtype, cast=(0,))
     return x
 
 
@@ -119,7 +119,7 @@ def iota(ctx, *, iota_dimension):
         return line
     aligned = [1] * len(shape)
     aligned[iota_dimension] = n
-    return b.op("Expand", reshape_to(b, line, aligned), b.shape_const(shape))
+    return b.typed("Expand", reshape_to(b, line, aligned), b.shape_const(shape), dtype=dtype, cast=(0,))
 
 
 @register("stablehlo.get_dimension_size")

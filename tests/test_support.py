@@ -1,0 +1,65 @@
+"""The ORT CPU support table must match what ONNX Runtime can actually run, entry by entry."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from hlo2onnx.support import ORT_CPU, _ORT_CPU_MISSING, BF16
+from hlo2onnx.types import onnx_dtype
+
+# Unary/binary ops whose missing entries are probed with a one-node model.
+_ARITY = {"Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Max": 2, "Min": 2, "Neg": 1, "Abs": 1, "Sign": 1,
+          "BitwiseAnd": 2, "BitwiseOr": 2, "BitwiseXor": 2, "BitwiseNot": 1, "Exp": 1, "Log": 1, "Sqrt": 1,
+          "Tanh": 1, "Sin": 1, "Cos": 1, "Floor": 1, "Ceil": 1, "Round": 1, "Sigmoid": 1, "Tan": 1, "Erf": 1,
+          "Atan": 1, "Relu": 1, "Pow": 2, "MatMul": 2}
+
+
+def _runs(op: str, dtype: np.dtype) -> bool:
+    n = _ARITY[op]
+    shape = [2, 2]
+    elem = onnx_dtype(dtype)
+    inputs = [helper.make_tensor_value_info(f"x{i}", int(elem), shape) for i in range(n)]
+    graph = helper.make_graph([helper.make_node(op, [f"x{i}" for i in range(n)], ["y"])], "g", inputs,
+                              [helper.make_tensor_value_info("y", int(elem), None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session.run(None, {f"x{i}": np.ones(shape, dtype) for i in range(n)})
+        return True
+    except Exception:  # noqa: BLE001 - ORT raises several types for a missing kernel
+        return False
+
+
+def _schema_allows(op: str, dtype: np.dtype) -> bool:
+    """Only dtypes the ONNX schema itself accepts say anything about ORT's kernels."""
+    constraint = onnx.defs.get_schema(op, 21).type_constraints[0]
+    name = onnx.helper.tensor_dtype_to_string(int(onnx_dtype(dtype))).replace("TensorProto.", "").lower()
+    aliases = {"float": "float32", "double": "float64"}
+    allowed = {t[len("tensor("):-1] for t in constraint.allowed_type_strs}
+    return any(aliases.get(a, a) == aliases.get(name, name) for a in allowed)
+
+
+_PROBED = [(op, dtype) for op, dtypes in _ORT_CPU_MISSING.items() if op in _ARITY
+           for dtype in map(np.dtype, ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                       "uint64", "float16", "float32", "float64"))
+           if _schema_allows(op, dtype)]
+
+
+@pytest.mark.parametrize("op,dtype", _PROBED, ids=[f"{o}-{d}" for o, d in _PROBED])
+def test_table_matches_ort(op, dtype):
+    assert ORT_CPU.supports(op, dtype) == _runs(op, dtype), \
+        f"support table says {op}/{dtype} is {'supported' if ORT_CPU.supports(op, dtype) else 'missing'}"
+
+
+def test_compute_dtype_widens_and_bf16_goes_to_f32():
+    assert ORT_CPU.compute_dtype("Add", np.dtype("int8")) == np.dtype("int8")
+    assert ORT_CPU.compute_dtype("Max", np.dtype("int16")) == np.dtype("int32")
+    assert ORT_CPU.compute_dtype("Exp", np.dtype("float16")) == np.dtype("float16")
+    assert ORT_CPU.compute_dtype("Add", BF16) == np.dtype("float32")
+    assert ORT_CPU.compute_dtype("Reshape", BF16) == BF16
+    with pytest.raises(NotImplementedError, match="Erf"):
+        ORT_CPU.compute_dtype("Erf", np.dtype("float64"))
