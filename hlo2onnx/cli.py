@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     from hlo2onnx.support import TARGETS
 
     parser = _Parser(prog="hlo2onnx", description="Convert StableHLO (text or bytecode), a jax.export "
-                     "artifact or XLA HLO text to an ONNX model. The format is recognized from the content.")
+                     "artifact or XLA HLO text to an ONNX model. The format is recognized from the content.",
+                     epilog="exit status: 0 done, 1 error, 2 bad usage, 3 --check found a mismatch")
     parser.add_argument("input", help="the model file; - reads stdin")
     parser.add_argument("-o", "--output", help="the ONNX file to write (default: the input's name with .onnx; "
                         "- writes stdout)")
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "ONNX nodes by type")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the input format and time per stage")
     parser.add_argument("--progress", action="store_true", help="show translation progress on stderr even when "
-                        f"it is not a terminal or the module is small (default: a terminal and {PROGRESS_MIN_OPS}+ ops)")
+                        f"it is not a terminal or the module is small (default: on a terminal, {PROGRESS_MIN_OPS}+ "
+                        "ops)")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return parser
 

@@ -42,6 +42,7 @@ FORMATS = {
     "portable-artifact": "StableHLO portable artifact",
     "jax-export": "jax.export artifact",
     "hlo-text": "XLA HLO text",
+    "module": "in-memory MLIR module",
 }
 _MLIR_MAGIC = b"ML\xefR"
 # Progress is reported at most this often (seconds).
