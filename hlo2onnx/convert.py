@@ -200,7 +200,10 @@ class Conversion:
         return ir.to_proto(self.model)
 
     def save(self, path: str | os.PathLike) -> None:
-        ir.save(self.model, path)
+        try:
+            ir.save(self.model, path)
+        except OSError as e:
+            raise Hlo2OnnxError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
 
     def report(self) -> str:
         return report(self.model, self.op_counts)

@@ -166,6 +166,16 @@ def test_api_convert(tmp_path):
     assert_matches_jit(tmp_path / "m.onnx", X)
 
 
+def test_unused_arguments_stay_inputs(tmp_path):
+    """jax.export drops unused arguments from the module; the ONNX model still takes every leaf."""
+    exported = export.export(jax.jit(lambda x, unused, y: x * y))(X, X, X)
+    assert exported.module_kept_var_idx == (0, 2)
+    conversion = hlo2onnx.convert(exported.serialize(), tmp_path / "m.onnx")
+    assert [i.name for i in conversion.model.graph.inputs] == ["x", "arg1", "y"]
+    (actual,) = run_ort(tmp_path / "m.onnx", {"x": X, "arg1": X, "y": 2 * X})
+    np.testing.assert_allclose(actual, np.asarray(jax.jit(lambda x, y: x * y)(X, 2 * X)), rtol=1e-6)
+
+
 def test_progress(tmp_path, capsys):
     def chain(x):
         for i in range(100):
@@ -287,9 +297,10 @@ def test_malformed_input(case, tmp_path, capsys):
     (["{src}", "--frobnicate"], "unrecognized arguments", 2),
     (["-"], "reading stdin needs -o", 1),
     (["{src}", "--inputs", "{dir}/none.npz"], "cannot read --inputs", 1),
+    (["{src}", "-o", "{dir}/no/such/dir/m.onnx"], "cannot write", 1),
     ([], "required", 2),
 ], ids=["directory", "missing", "opset-range", "opset-type", "target", "unknown-flag", "stdin-no-output",
-        "missing-npz", "no-input"])
+        "missing-npz", "unwritable-output", "no-input"])
 def test_bad_invocation(argv, expected, code, tmp_path, capsys):
     source = tmp_path / "model.mlir"
     source.write_text(lowered().as_text())
