@@ -137,13 +137,13 @@ def test_check_detects_a_wrong_model(tmp_path):
     assert "MISMATCH" in result.summary()
 
 
-def test_stdin_and_stdout(tmp_path):
-    done = subprocess.run([PYTHON, "-m", "hlo2onnx", "-", "-o", "-", "--report"], cwd=ROOT, capture_output=True,
-                          input=lowered().as_text().encode(), timeout=120)
-    assert done.returncode == 0, done.stderr.decode()
-    model = onnx.load_from_string(done.stdout)
+def test_stdin_and_stdout(monkeypatch, capsysbinary):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lowered().as_text().encode())))
+    assert main(["-", "-o", "-", "--report"]) == 0
+    captured = capsysbinary.readouterr()
+    model = onnx.load_from_string(captured.out)
     onnx.checker.check_model(model, full_check=True)
-    report = done.stderr.decode()  # the report moves to stderr when the model takes stdout
+    report = captured.err.decode()  # the report moves to stderr when the model takes stdout
     assert "stablehlo.dot_general" in report and "MatMul" in report
 
 
