@@ -31,7 +31,7 @@ from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.mlir_io import make_context, parse_module, prepare
 from hlo2onnx.patterns import optimize
 from hlo2onnx.support import TARGETS, Target
-from hlo2onnx.translator import Translator
+from hlo2onnx.translator import Translator, _arg_name
 
 DEFAULT_OPSET = 21  # hlo2onnx.DEFAULT_OPSET
 # Rules use the opset-18 Reduce* forms; IR version 10 (what the translator writes) ends at opset 22.
@@ -248,7 +248,7 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
         translator = _ProgressTranslator(prepared, target, opset, progress)
         model = translator.translate(graph_name=name or loaded.name)
         if loaded.exported is not None:
-            _match_exported_signature(model, loaded.exported)
+            _match_exported_signature(model, loaded.exported, _wrapped_arg_names(loaded.module))
     if fuse:
         with _timed(timings, "optimize"):
             model = optimize(model, target)
@@ -340,8 +340,8 @@ def _count_region_ops(region: mlir.Region, functions, memo) -> int:
     return total
 
 
-def _match_exported_signature(model: ir.Model, exported: export.Exported) -> None:
-    """Makes the ONNX inputs the artifact's flattened arguments, named by their tree paths.
+def _match_exported_signature(model: ir.Model, exported: export.Exported, wrapped_names: list[str]) -> None:
+    """Makes the ONNX inputs the artifact's flattened arguments, named as in the source or by tree path.
 
     Drops the platform index (bound at load time), adds the arguments jax
     left out of the module as unused inputs, and names symbolic dims.
@@ -351,19 +351,38 @@ def _match_exported_signature(model: ir.Model, exported: export.Exported) -> Non
     if len(exported.platforms) > 1:
         inputs = inputs[1:]
     kept = dict(zip(exported.module_kept_var_idx, inputs))
+    source_names = dict(zip(exported.module_kept_var_idx, wrapped_names))
     used = {v.name for v in inputs} | {v.name for v in graph.outputs}
     names = _leaf_names(exported.in_tree, len(exported.in_avals))
     new_inputs = []
     for i, aval in enumerate(exported.in_avals):
         value = kept.get(i) or ir.Value(type=ir.TensorType(ir.DataType.from_numpy(aval.dtype)))
         if value.name is None or (value.name.startswith("in") and value.name[2:].isdigit()):
-            value.name = _unique(names[i], used)
+            value.name = _unique(source_names.get(i) or names[i], used)
         value.shape = _onnx_shape(aval.shape)
         new_inputs.append(value)
     graph.inputs.clear()
     graph.inputs.extend(new_inputs)
     for value, aval in zip(graph.outputs, exported.out_avals):
         value.shape = _onnx_shape(aval.shape)
+
+
+def _wrapped_arg_names(module: mlir.Module) -> list[str]:
+    """The source names of a shape-polymorphic export's arguments.
+
+    jax.export then wraps the function in `_wrapped_jax_export_main`, which
+    keeps the names main loses, after the dimension variables it receives.
+    """
+    try:
+        wrapped = _function(module, "_wrapped_jax_export_main")
+    except InvalidInputError:
+        return []
+    with module.context:
+        arg_attrs = list(wrapped.attributes["arg_attrs"]) if "arg_attrs" in wrapped.attributes else []
+        dim_vars = sum(1 for attrs in arg_attrs if "jax.global_constant" in mlir.DictAttr(attrs))
+        args = list(wrapped.regions[0].blocks[0].arguments)[dim_vars:]
+        names = [_arg_name(arg, i) for i, arg in enumerate(args)]
+    return [name if name != f"in{i}" else "" for i, name in enumerate(names)]
 
 
 def _leaf_names(in_tree, count: int) -> list[str]:

@@ -215,6 +215,8 @@ def test_symbolic_batch(tmp_path, capsys):
     assert "over 2 runs: ok" in out
     model = onnx.load(str(tmp_path / "m.onnx"))
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert [i.name for i in model.graph.input] == ["x", "params['b1']", "params['b2']", "params['w1']",
+                                                   "params['w2']"]
     assert all(o.type.tensor_type.shape.dim[0].dim_param == "batch" for o in model.graph.output)
     for batch in (1, 17):
         assert_matches_jit(tmp_path / "m.onnx", rand((batch, 4), seed=batch))
