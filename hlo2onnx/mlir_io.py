@@ -1,6 +1,8 @@
 """Reading StableHLO through jaxlib's MLIR bindings (never a hand-written parser)."""
 from __future__ import annotations
 
+import re
+
 from jax.extend.mlir import ir, passmanager
 from jaxlib.mlir._mlir_libs import _stablehlo
 
@@ -10,6 +12,8 @@ _stablehlo.register_stablehlo_passes()
 _PIPELINE = "builtin.module(func.func(chlo-legalize-to-stablehlo, stablehlo-legalize-deprecated-ops))"
 
 from hlo2onnx.errors import InvalidInputError
+
+_POSITION = re.compile(r":(\d+):(\d+)")
 
 
 def make_context() -> ir.Context:
@@ -29,10 +33,17 @@ def parse_module(source: str | bytes, context: ir.Context | None = None) -> ir.M
     try:
         with context:
             return ir.Module.parse(source)
-    except Exception as e:  # MLIR raises a bare Exception/ValueError carrying diagnostics
-        message = str(e).strip().splitlines()
-        raise InvalidInputError("cannot parse MLIR: " + (message[0] if message else type(e).__name__)) from None
+    except ir.MLIRError as e:  # the first diagnostic says what is wrong; the header line does not
+        raise InvalidInputError(f"cannot parse MLIR: {_first_error(e)}") from None
 
+
+def _first_error(error: ir.MLIRError) -> str:
+    if not error.error_diagnostics:
+        return " ".join(str(error).split()) or type(error).__name__
+    diagnostic = error.error_diagnostics[0]
+    position = _POSITION.search(str(diagnostic.location))  # bytecode errors sit at line 0
+    where = f"line {position[1]}, column {position[2]}: " if position and position[1] != "0" else ""
+    return where + " ".join(diagnostic.message.split())
 
 def prepare(module: ir.Module) -> ir.Operation:
     """A translation-ready copy: cloned (the caller's module is left untouched), chlo legalized."""

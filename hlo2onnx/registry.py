@@ -13,6 +13,10 @@ import onnx_ir as ir
 
 Rule = Callable[..., "ir.Value | Sequence[ir.Value]"]
 RULES: dict[str, Rule] = {}
+# Ops whose rules read no static dim (or handle dynamic dims themselves). The
+# translator rejects any other op that sees a dynamic dim, rather than let a
+# rule bake a -1 into a shape constant.
+DYNAMIC_OK: set[str] = set()
 
 
 def register(*op_names: str) -> Callable[[Rule], Rule]:
@@ -24,3 +28,8 @@ def register(*op_names: str) -> Callable[[Rule], Rule]:
         return rule
 
     return wrap
+
+
+def allow_dynamic(*op_names: str) -> None:
+    """Marks ops whose rules are correct on dynamic dims (see DYNAMIC_OK)."""
+    DYNAMIC_OK.update(op_names)

@@ -16,7 +16,7 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
-from hlo2onnx.registry import RULES
+from hlo2onnx.registry import DYNAMIC_OK, RULES
 from hlo2onnx.support import Target
 from hlo2onnx.types import TensorType, UnsupportedTypeError, onnx_dtype, tensor_type
 
@@ -112,6 +112,8 @@ class Translator:
             raise UnsupportedOpError(name, source_line(op.location), "no translation rule")
         ctx = RuleContext(b, op.operation, [self._type_of(v, name, op) for v in op.operands],
                           [self._type_of(r, name, op) for r in op.results], self)
+        if name not in DYNAMIC_OK and any(d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
+            raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
         try:
             outputs = rule(ctx, *inputs, **attr_codec.decode_all(op))
         except Hlo2OnnxError:

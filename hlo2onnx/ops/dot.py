@@ -1,9 +1,7 @@
 """dot_general as (batched) MatMul, with transposes and reshapes only where needed."""
 from __future__ import annotations
 
-from math import prod
-
-from hlo2onnx.ops.shape import reshape_to, transpose_to
+from hlo2onnx.ops.shape import merged, reshape_to, transpose_to
 from hlo2onnx.registry import register
 
 
@@ -23,14 +21,14 @@ def dot_general(ctx, lhs, rhs, *, dot_dimension_numbers):
     batch = [lhs_shape[d] for d in lhs_batch]
     m_dims = [lhs_shape[d] for d in lhs_free]
     n_dims = [rhs_shape[d] for d in rhs_free]
-    k = prod(lhs_shape[d] for d in lhs_contract)
+    k = merged([lhs_shape[d] for d in lhs_contract])
 
     lhs = transpose_to(b, lhs, lhs_batch + lhs_free + lhs_contract)
     if len(m_dims) != 1 or len(lhs_contract) != 1:
-        lhs = reshape_to(b, lhs, batch + [prod(m_dims), k])
+        lhs = reshape_to(b, lhs, batch + [merged(m_dims), k])
     rhs = transpose_to(b, rhs, rhs_batch + rhs_contract + rhs_free)
     if len(n_dims) != 1 or len(rhs_contract) != 1:
-        rhs = reshape_to(b, rhs, batch + [k, prod(n_dims)])
+        rhs = reshape_to(b, rhs, batch + [k, merged(n_dims)])
     result = b.typed("MatMul", lhs, rhs, dtype=dtype)
     if len(m_dims) != 1 or len(n_dims) != 1:
         result = reshape_to(b, result, list(ctx.out_type.shape))

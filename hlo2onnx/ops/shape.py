@@ -1,6 +1,8 @@
 """Shape and data-movement ops: broadcast, reshape, transpose, slice, concat, pad, reverse, iota."""
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 import onnx_ir as ir
 
@@ -11,7 +13,15 @@ _INT64_MIN = np.iinfo(np.int64).min
 
 
 def reshape_to(b, x: ir.Value, shape) -> ir.Value:
+    # ONNX infers one -1 dim from the element count; two would be ambiguous.
+    if sum(d < 0 for d in shape) > 1:
+        raise NotImplementedError("reshape to more than one dynamic dimension")
     return b.op("Reshape", x, b.shape_const(shape))
+
+
+def merged(dims) -> int:
+    """The size of `dims` flattened into one: -1 (dynamic) if any of them is."""
+    return -1 if any(d < 0 for d in dims) else prod(dims)
 
 
 def transpose_to(b, x: ir.Value, perm) -> ir.Value:
@@ -30,11 +40,22 @@ def broadcast_in_dim(ctx, x, *, broadcast_dimensions):
     aligned = [1] * len(out_shape)
     for i in order:
         aligned[dims[i]] = in_shape[i]
+    if any(n < 0 and a >= 0 for n, a in zip(out_shape, aligned)):
+        raise NotImplementedError("broadcast to a dynamic size the operand does not carry")
     if aligned != kept:
-        x = reshape_to(b, x, aligned)
+        # Reshape cannot spell two dynamic dims; Unsqueeze needs none.
+        x = unsqueeze_missing(b, x, dims, len(out_shape)) if -1 in in_shape else reshape_to(b, x, aligned)
     if aligned != list(out_shape):
-        x = b.typed("Expand", x, b.shape_const(out_shape), dtype=ctx.out_type.dtype, cast=(0,))
+        # Expanding a dynamic dim by 1 keeps the operand's own size.
+        x = b.typed("Expand", x, b.shape_const([n if n >= 0 else 1 for n in out_shape]), dtype=ctx.out_type.dtype,
+                    cast=(0,))
     return x
+
+
+def unsqueeze_missing(b, x: ir.Value, dims, rank: int) -> ir.Value:
+    """Inserts unit axes for the result axes not in `dims` (x's axes already in result order)."""
+    missing = [d for d in range(rank) if d not in dims]
+    return b.op("Unsqueeze", x, b.shape_const(missing)) if missing else x
 
 
 @register("stablehlo.reshape")

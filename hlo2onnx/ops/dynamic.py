@@ -1,0 +1,49 @@
+"""Symbolic dims (jax.export shape polymorphism) and custom calls.
+
+Dynamic dims reach ONNX as dim_params; sizes known only at run time come
+from `get_dimension_size` and travel as shape tensors. Only the ops listed in
+`allow_dynamic` below may see a dynamic dim: enough for MLP-style models.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hlo2onnx.ops.shape import transpose_to, unsqueeze_missing
+from hlo2onnx.registry import allow_dynamic, register
+
+_ELEMENTWISE = (
+    "add subtract multiply divide remainder power maximum minimum negate abs sign exponential log sqrt rsqrt "
+    "cbrt tanh sine cosine tan floor ceil round_nearest_even round_nearest_afz logistic exponential_minus_one "
+    "log_plus_one is_finite and or xor not compare select clamp convert"
+)
+allow_dynamic(*(f"stablehlo.{op}" for op in _ELEMENTWISE.split()))
+# These rules take their sizes from their operands, or handle -1 dims themselves.
+allow_dynamic("func.call", "stablehlo.custom_call", "stablehlo.optimization_barrier", "stablehlo.transpose",
+              "stablehlo.concatenate", "stablehlo.get_dimension_size", "stablehlo.dot_general",
+              "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.reduce",
+              "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape")
+
+
+@register("stablehlo.dynamic_broadcast_in_dim")
+def dynamic_broadcast_in_dim(ctx, x, output_dimensions, *, broadcast_dimensions, **_hints):
+    b = ctx.b
+    dims = list(broadcast_dimensions)
+    x = transpose_to(b, x, sorted(range(len(dims)), key=dims.__getitem__))
+    x = unsqueeze_missing(b, x, dims, ctx.out_type.rank)
+    # Expand broadcasts both ways; the operand's dims are 1 or the output's, as StableHLO requires.
+    return b.op("Expand", x, b.cast(output_dimensions, np.int64))
+
+
+@register("stablehlo.dynamic_reshape")
+def dynamic_reshape(ctx, x, output_shape):
+    # allowzero: a run-time 0 is a size, never "copy the input dim".
+    return ctx.b.op("Reshape", x, ctx.b.cast(output_shape, np.int64), allowzero=1)
+
+
+@register("stablehlo.custom_call")
+def custom_call(ctx, *inputs, call_target_name: str, **_attrs):
+    # jax.export's shape assertions guard the symbolic dims when XLA runs the
+    # module; ONNX Runtime checks input ranks and static dims itself.
+    if call_target_name == "shape_assertion" and not ctx.out_types:
+        return []
+    raise NotImplementedError(f"custom call @{call_target_name} has no ONNX translation")
