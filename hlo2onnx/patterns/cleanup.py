@@ -59,8 +59,14 @@ class ScalarConstants:
         return value
 
 
+# Dense constants above this size are not scanned for a repeated value (the translator emits splats as such).
+_SPLAT_SCAN_LIMIT = 1 << 16
+
+
 def _splat_of(value: ir.Value) -> np.ndarray | None:
     """The one value `value` holds everywhere, when it is a splat: ConstantOfShape or an all-equal constant."""
+    if value.const_value is not None and value.const_value.size > _SPLAT_SCAN_LIMIT:
+        return None
     array = const_array(value)
     if array is not None:
         flat = array.reshape(-1)

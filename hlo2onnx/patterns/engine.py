@@ -47,11 +47,14 @@ def _may_match(node: ir.Node, signature) -> bool:
     return True
 
 
-def apply_rule(model: ir.Model, rule: pattern.RewriteRule) -> int:
-    """Applies `rule` wherever it matches in the main graph; returns how often."""
+def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list[ir.Node]] | None = None) -> int:
+    """Applies `rule` wherever it matches in the main graph; returns how often.
+
+    `by_op` indexes the graph's nodes by op type; rewrites add their new nodes to it."""
     graph, signature, count = model.graph, _signature(rule), 0
-    for node in [n for n in graph if _may_match(n, signature)]:
-        if node.graph is not graph:  # removed by an earlier rewrite
+    candidates = list(graph) if signature is None or by_op is None else list(by_op.get(signature[0], ()))
+    for node in candidates:
+        if node.graph is not graph or not _may_match(node, signature):  # removed by an earlier rewrite
             continue
         delta = rule.try_rewrite(model, graph, node)
         if delta is None:
@@ -63,6 +66,9 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule) -> int:
         ir.convenience.replace_nodes_and_values(graph, node, delta.match.nodes, delta.new_nodes,
                                                 delta.match.outputs, delta.new_outputs)
         infer_shapes(model, delta.new_nodes)
+        if by_op is not None:
+            for new in delta.new_nodes:
+                by_op.setdefault(new.op_type, []).append(new)
         count += 1
     return count
 
@@ -70,8 +76,11 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule) -> int:
 def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counter:
     """Each rule in turn over the whole graph, so an earlier rule wins over a later one."""
     counts: Counter = Counter()
+    by_op: dict[str, list[ir.Node]] = {}
+    for node in model.graph:
+        by_op.setdefault(node.op_type, []).append(node)
     for rule in rules:
-        n = apply_rule(model, rule)
+        n = apply_rule(model, rule, by_op)
         if n:
             counts[rule.name] += n
     return counts
