@@ -7,7 +7,6 @@ from collections import Counter
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
 import pytest
 from jax import lax
 from jax.example_libraries import optimizers, stax

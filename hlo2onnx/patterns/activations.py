@@ -67,8 +67,8 @@ class Gelu(Erf):
         if self.opset >= 20:
             return op.Gelu(x)
         dtype = numpy_dtype(x)
-        half, one = op.Constant(value=ir.tensor(np.asarray(0.5, dtype))), op.Constant(value=ir.tensor(np.asarray(1, dtype)))
-        return op.Mul(op.Mul(half, x), op.Add(one, op.Erf(op.Mul(x, op.Constant(value=ir.tensor(np.asarray(_SQRT_HALF, dtype)))))))
+        half, one, scale = (op.Constant(value=ir.tensor(np.asarray(c, dtype))) for c in (0.5, 1, _SQRT_HALF))
+        return op.Mul(op.Mul(half, x), op.Add(one, op.Erf(op.Mul(x, scale))))
 
 
 class GeluFromErf(Fusion):
