@@ -64,6 +64,10 @@ _ORT_CPU_MISSING = {
                                   "Ceil", "Round", "Sigmoid", "IsNaN", "IsInf")},
     **{op: _TRANSCENDENTAL_F64 for op in ("Tan", "Erf", "Atan", "Asin", "Acos", "Sinh", "Cosh",
                                           "Asinh", "Acosh", "Atanh")},
+    # Ops the fusions emit (hlo2onnx/patterns). Gelu's tanh form has an f64 kernel, its erf form not.
+    **{op: _TRANSCENDENTAL_F64 for op in ("Gelu", "HardSigmoid", "HardSwish", "Softplus", "LeakyRelu")},
+    **{op: _FLOAT_ONLY for op in ("Softmax", "LogSoftmax", "LayerNormalization", "RMSNormalization",
+                                  "BatchNormalization", "Swish")},
 }
 # Data movement that ORT CPU runs in bf16 too (measured; Expand, Tile, Pad, Where, Equal do not).
 _DATA_MOVEMENT = {"Identity", "Reshape", "Transpose", "Concat", "Slice", "Gather", "Cast", "Squeeze", "Unsqueeze",

@@ -1,0 +1,264 @@
+"""Clean-up passes: put translated graphs in one canonical form before fusion.
+
+StableHLO broadcasts explicitly, so every scalar reaches its elementwise op
+through Reshape+Expand, and keepdims reductions come out as Reduce+Reshape.
+ONNX broadcasts by itself; once these are undone, `jax.nn.softmax`, a
+hand-written softmax and stax's LogSoftmax all become the same small graph,
+and the fusion patterns only need to know that one form.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.reference.ops
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+from onnxscript.rewriter.rules.common import _basic_rules
+
+from hlo2onnx.patterns import engine
+
+# Elementwise ops with numpy (multidirectional) broadcasting.
+BROADCASTING = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "PRelu", "Where",
+    "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShift",
+})
+
+
+def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    if value is None or value.shape is None or not all(isinstance(d, int) for d in value.shape.dims):
+        return None
+    return tuple(value.shape.dims)
+
+
+def const_array(value: ir.Value | None) -> np.ndarray | None:
+    if value is None or value.const_value is None:
+        return None
+    return value.const_value.numpy()
+
+
+class ScalarConstants:
+    """Scalar initializers of one graph, shared by value."""
+
+    def __init__(self, graph: ir.Graph):
+        self.graph = graph
+        self._cache: dict[tuple, ir.Value] = {}
+
+    def get(self, scalar: np.ndarray) -> ir.Value:
+        scalar = np.asarray(scalar).reshape(())
+        key = (scalar.dtype.str, scalar.tobytes())
+        value = self._cache.get(key)
+        if value is None:
+            name = f"scalar_{len(self._cache)}"
+            while name in self.graph.initializers:
+                name += "_"
+            tensor = ir.Tensor(scalar.copy(), name=name)
+            value = ir.Value(name=name, shape=ir.Shape([]), type=ir.TensorType(tensor.dtype), const_value=tensor)
+            self.graph.register_initializer(value)
+            self._cache[key] = value
+        return value
+
+
+# Dense constants above this size are not scanned for a repeated value (the translator emits splats as such).
+_SPLAT_SCAN_LIMIT = 1 << 16
+
+
+def _splat_of(value: ir.Value) -> np.ndarray | None:
+    """The one value `value` holds everywhere, when it is a splat: ConstantOfShape or an all-equal constant."""
+    if value.const_value is not None and value.const_value.size > _SPLAT_SCAN_LIMIT:
+        return None
+    array = const_array(value)
+    if array is not None:
+        flat = array.reshape(-1)
+        return flat[0] if array.ndim > 0 and flat.size > 0 and (flat == flat[0]).all() else None
+    producer = value.producer()
+    if producer is not None and producer.op_type == "ConstantOfShape" and producer.domain == "":
+        fill = producer.attributes.get("value")
+        return fill.as_tensor().numpy().reshape(-1)[0] if fill is not None else np.float32(0)
+    return None
+
+
+def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
+    """Feeds broadcasting ops the small operand of an Expand, or a scalar instead of a splat.
+
+    Valid when the op's own broadcasting still yields its static output shape.
+    """
+    count = 0
+    for node in graph:
+        if node.op_type not in BROADCASTING or node.domain != "":
+            continue
+        out = static_shape(node.outputs[0])
+        if out is None:
+            continue
+        for i, x in enumerate(node.inputs):
+            if x is None or static_shape(x) == ():
+                continue
+            producer = x.producer()
+            splat = _splat_of(x)
+            if splat is not None:
+                small = scalars.get(splat)
+            elif producer is not None and producer.op_type == "Expand" and producer.domain == "":
+                small = producer.inputs[0]
+            else:
+                continue
+            shapes = [static_shape(v) for v in node.inputs]
+            shapes[i] = static_shape(small)
+            if None not in shapes and np.broadcast_shapes(*shapes) == out:
+                node.replace_input_with(i, small)
+                count += 1
+    return count
+
+
+# -- no-op removal ------------------------------------------------------------------------------
+# op -> (neutral constant, operand positions it may take): x op neutral == x.
+# max(x, -inf) and min(x, inf) are x with NaN too (XLA's max/min propagate NaN);
+# x + 0 turns -0 into +0, which compares equal.
+_NEUTRAL = {"Max": (-np.inf, (0, 1)), "Min": (np.inf, (0, 1)), "Add": (0, (0, 1)), "Sub": (0, (1,)),
+            "Mul": (1, (0, 1)), "Div": (1, (1,))}
+_REDUCES = frozenset({"ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceProd"})
+
+
+def _no_op_result(node: ir.Node) -> ir.Value | None:
+    """The existing value `node` computes, when it computes nothing new."""
+    out, ins = node.outputs[0], node.inputs
+    if node.op_type in _NEUTRAL and len(ins) == 2:
+        fill, positions = _NEUTRAL[node.op_type]
+        for pos in positions:
+            array = const_array(ins[pos])
+            if array is not None and array.dtype.kind in "fiu" and array.size > 0 and (array == fill).all():
+                return ins[1 - pos]
+    elif node.op_type == "Where":
+        array = const_array(ins[0])
+        if array is not None and array.size > 0 and (array.all() or not array.any()):
+            return ins[1] if array.all() else ins[2]
+    elif node.op_type in ("Reshape", "Expand", "Identity"):
+        return ins[0]
+    elif node.op_type == "Transpose":
+        perm = node.attributes.get("perm")
+        return ins[0] if perm is not None and list(perm.as_ints()) == sorted(perm.as_ints()) else None
+    elif node.op_type == "Cast":
+        return ins[0] if ins[0].dtype is not None and ins[0].dtype == out.dtype else None
+    return None
+
+
+def _keep_reduced_dims(node: ir.Node) -> ir.Value | None:
+    """Reshape(Reduce(x, keepdims=0)) to the keepdims shape: the reduction keeps its dims instead."""
+    reduced = node.inputs[0]
+    reduce = reduced.producer()
+    if (reduce is None or reduce.op_type not in _REDUCES or reduce.domain != "" or len(reduced.consumers()) != 1
+            or reduced.is_graph_output() or reduce.attributes.get("keepdims") is None
+            or reduce.attributes["keepdims"].as_int() != 0 or len(reduce.inputs) < 2):
+        return None
+    x_shape, axes = static_shape(reduce.inputs[0]), const_array(reduce.inputs[1])
+    if x_shape is None or axes is None or not x_shape:
+        return None
+    picked = {int(a) % len(x_shape) for a in axes.reshape(-1).tolist()}
+    kept = tuple(1 if i in picked else d for i, d in enumerate(x_shape))
+    if kept != static_shape(node.outputs[0]):
+        return None
+    reduce.attributes["keepdims"] = ir.AttrInt64("keepdims", 1)
+    reduced.shape = ir.Shape(kept)
+    return reduced
+
+
+def simplify(graph: ir.Graph) -> int:
+    """Drops no-op nodes (same shape and dtype in and out); returns how many."""
+    count = 0
+    for node in list(graph):
+        if node.domain != "" or len(node.outputs) != 1 or node.outputs[0].is_graph_output():
+            continue
+        out = node.outputs[0]
+        if node.op_type == "Reshape" and (kept := _keep_reduced_dims(node)) is not None:
+            result = kept
+        else:
+            result = _no_op_result(node)
+            if (result is None or static_shape(result) is None or static_shape(result) != static_shape(out)
+                    or result.dtype != out.dtype):
+                continue
+        ir.convenience.replace_all_uses_with(out, result)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
+# -- the canonical form ---------------------------------------------------------------------------
+# Constant folding never makes a tensor larger than its largest input (a splat
+# stays a ConstantOfShape or a scalar) nor folds anything above this size.
+_FOLD_MAX_ELEMENTS = 1 << 20
+_FOLD_GROWTH_ALLOWANCE = 64
+
+
+def canonicalize(model: ir.Model) -> None:
+    """Static shapes everywhere, small constants folded, then `clean`."""
+    engine.infer_shapes(model)
+    _fold_constants(model)
+    clean(model)
+
+
+# Never folded: splats stay splats, random ops stay random.
+_NO_FOLD = frozenset({"ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                      "Multinomial", "Bernoulli"})
+
+
+def _fold_constants(model: ir.Model) -> int:
+    """Evaluates nodes whose inputs are all constants with ONNX's reference ops, in one topological sweep.
+
+    (onnxscript's FoldConstantsPass does the same but visits every node at ~0.3 ms each, most of
+    `optimize`'s time; translated graphs have only a handful of foldable nodes.)
+    """
+    graph, version, count = model.graph, model.opset_imports.get("", 1), 0
+    for node in list(graph):
+        if (node.domain != "" or node.op_type in _NO_FOLD or not node.inputs or len(node.outputs) != 1
+                or node.outputs[0].is_graph_output()
+                or any(v is None or v.const_value is None for v in node.inputs)
+                or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())):
+            continue
+        out, sizes = static_shape(node.outputs[0]), [v.const_value.size for v in node.inputs]
+        if out is None or int(np.prod(out)) > min(_FOLD_MAX_ELEMENTS, max(sizes + [_FOLD_GROWTH_ALLOWANCE])):
+            continue
+        attrs = {name: ir.serde.serialize_tensor(a.value) if a.type == ir.AttributeType.TENSOR else a.value
+                 for name, a in node.attributes.items()}
+        try:
+            result = onnx.reference.ops.load_op("", node.op_type, version).eval(
+                *[v.const_value.numpy() for v in node.inputs], **attrs)
+        except Exception:  # noqa: BLE001 (an op the reference cannot evaluate just stays)
+            continue
+        result = np.asarray(result[0] if isinstance(result, (tuple, list)) else result)
+        value = node.outputs[0]
+        if result.shape != out or value.dtype is None or result.dtype != np.dtype(value.dtype.numpy()):
+            continue
+        folded = ir.Value(name=f"folded_{value.name}", shape=ir.Shape(out), type=value.type,
+                          const_value=ir.Tensor(result, name=f"folded_{value.name}"))
+        graph.register_initializer(folded)
+        ir.convenience.replace_all_uses_with(value, folded)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
+# onnxscript's rules for pairs that cancel or merge.
+_CLEAN_RULES = [_basic_rules.cast_cast_rule, _basic_rules.reshape_reshape_rule,
+                _basic_rules.transpose_transpose_rule, _basic_rules.unsqueeze_unsqueeze_rule]
+
+
+def clean(model: ir.Model) -> None:
+    """Canonical form: broadcasting instead of Expand, scalars instead of splats, no no-ops, CSE, DCE."""
+    scalars = ScalarConstants(model.graph)
+    for _ in range(4):
+        changed = drop_broadcasts(model.graph, scalars) + simplify(model.graph)
+        changed += sum(engine.apply_rules(model, _CLEAN_RULES).values())
+        changed += common_passes.CommonSubexpressionEliminationPass()(model).modified
+        changed += remove_unused(model.graph)
+        if not changed:
+            break
+    common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
+
+
+def remove_unused(graph: ir.Graph) -> int:
+    """Drops nodes none of whose outputs is used (a quick DCE; ONNX ops have no side effects)."""
+    count = 0
+    for node in reversed(list(graph)):
+        if not any(v.uses() or v.is_graph_output() for v in node.outputs):
+            graph.remove(node, safe=True)
+            count += 1
+    return count

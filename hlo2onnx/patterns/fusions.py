@@ -1,0 +1,99 @@
+"""The fusion rules in the order they are tried, and the MatMul family (Gemm)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter._basics import MatchResult
+
+from hlo2onnx.patterns import activations, normalization, templates
+from hlo2onnx.patterns.base import Fusion
+from hlo2onnx.patterns.cleanup import static_shape
+from hlo2onnx.support import Target
+
+
+def _untransposed(value: ir.Value) -> tuple[ir.Value, int]:
+    """(input, 1) when `value` is a 2-D transpose used only here, to fold into Gemm's trans flags."""
+    producer = value.producer()
+    if (producer is not None and producer.op_type == "Transpose" and len(value.consumers()) == 1
+            and list(producer.attributes["perm"].as_ints()) == [1, 0]):
+        return producer.inputs[0], 1
+    return value, 0
+
+
+def _check_2d(result: MatchResult, a: ir.Value, w: ir.Value) -> MatchResult:
+    if static_shape(a) is None or static_shape(w) is None or len(a.shape) != 2 or len(w.shape) != 2:
+        return result.fail("Gemm needs 2-D operands", [a, w])
+    return result
+
+
+class MatMulBias(Fusion):
+    """a @ w + c -> Gemm(a, w, c), with 2-D transposes folded into transA/transB."""
+
+    op_type = "Gemm"
+
+    def pattern(self, op, a, w, c):
+        return op.Add(op.MatMul(a, w), c)
+
+    def check(self, context, a, w, c, **_) -> MatchResult:
+        result = self.available(a)
+        if not result or not _check_2d(result, a, w):
+            return result
+        m, n = static_shape(a)[0], static_shape(w)[1]
+        c_shape = static_shape(c)
+        if c_shape is None or len(c_shape) > 2 or any(d not in (1, full) for d, full in
+                                                      zip(c_shape[::-1], (n, m))):
+            return result.fail(f"bias of shape {c_shape} does not broadcast to {[m, n]}", c)
+        return result
+
+    def rewrite(self, op, a, w, c, **_):
+        (a, trans_a), (w, trans_b) = _untransposed(a), _untransposed(w)
+        return op.Gemm(a, w, c, transA=trans_a, transB=trans_b)
+
+
+class MatMulTranspose(Fusion):
+    """a @ w.T (the backward pass's form) -> Gemm(a, w, transB=1), and likewise for a.T."""
+
+    op_type = "Gemm"
+
+    def pattern(self, op, a, w):
+        return op.MatMul(a, w)
+
+    def check(self, context, a, w, **_) -> MatchResult:
+        result = self.available(a)
+        if not result or not _check_2d(result, a, w):
+            return result
+        if _untransposed(a)[1] == 0 and _untransposed(w)[1] == 0:
+            return result.fail("no operand is a transpose used only here", [a, w])
+        return result
+
+    def rewrite(self, op, a, w, **_):
+        (a, trans_a), (w, trans_b) = _untransposed(a), _untransposed(w)
+        return op.Gemm(a, w, transA=trans_a, transB=trans_b)
+
+
+def _template_dtypes(graph: ir.Graph) -> list[str]:
+    """Dtypes to look for chlo's erf expansions in: only in graphs that can hold one (they cost a lowering)."""
+    ops = {node.op_type for node in graph}
+    if len(graph) < templates.MIN_NODES or not ({"Abs", "Min"} & ops):
+        return []
+    dtypes = {np.dtype(v.dtype.numpy()).name for node in graph for v in node.outputs
+              if v.dtype is not None and v.dtype.is_floating_point()}
+    return sorted(dtypes & {"float16", "float32", "float64"})
+
+
+# Building a rule traces its pattern (and its commuted copies): done once per opset, target and dtypes.
+_BUILT: dict[tuple, list] = {}
+
+
+def fusion_rules(model: ir.Model, opset: int, target: Target) -> list:
+    """Every fusion, in the order it is tried; each rule is applied on its own, so the report counts it."""
+    dtypes = _template_dtypes(model.graph)
+    key = (opset, target.name, tuple(dtypes))
+    if key not in _BUILT:
+        _BUILT[key] = [
+            *activations.rules(opset, target, dtypes),
+            *normalization.rules(opset, target),
+            *MatMulBias.rule(opset, target).commute(),
+            MatMulTranspose.rule(opset, target),
+        ]
+    return _BUILT[key]

@@ -1,0 +1,256 @@
+"""Softmax, LogSoftmax, LayerNormalization, RMSNormalization and inference BatchNormalization.
+
+The patterns are written against the canonical form (cleanup.py): keepdims
+reductions, scalars broadcast by the elementwise ops, means as ReduceSum / n.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+from onnxscript.rewriter._basics import MatchResult
+
+from hlo2onnx.patterns.base import Fusion, is_close, numpy_dtype, reduced_count, scalar, trailing_axes
+from hlo2onnx.patterns.cleanup import const_array, static_shape
+
+
+def _single_axis(result: MatchResult, x: ir.Value, *axes: ir.Value) -> int | None:
+    arrays = [const_array(a) for a in axes]
+    if any(a is None for a in arrays) or any(a.tolist() != arrays[0].tolist() for a in arrays):
+        result.fail("the reductions are over different or non-constant axes", list(axes))
+        return None
+    if arrays[0].size != 1:
+        result.fail(f"reduces over axes {arrays[0].tolist()}; the ONNX op takes one axis", axes[0])
+        return None
+    return int(arrays[0].reshape(-1)[0])
+
+
+class Softmax(Fusion):
+    """exp(x - max(x)) / sum(exp(x - max(x))): jax.nn.softmax and the hand-written form alike."""
+
+    op_type = "Softmax"
+
+    def pattern(self, op, x, max_axes, sum_axes):
+        e = op.Exp(op.Sub(x, op.ReduceMax(x, max_axes, keepdims=1)))
+        return op.Div(e, op.ReduceSum(e, sum_axes, keepdims=1))
+
+    def check(self, context, x, max_axes, sum_axes, **_) -> MatchResult:
+        result = self.available(x)
+        if result:
+            self._axis = _single_axis(result, x, max_axes, sum_axes)
+        return result
+
+    def rewrite(self, op, x, **_):
+        return getattr(op, self.op_type)(x, axis=self._axis)
+
+
+class LogSoftmax(Softmax):
+    """(x - max) - log(sum(exp(x - max))): jax.nn.log_softmax and stax.LogSoftmax."""
+
+    op_type = "LogSoftmax"
+
+    def pattern(self, op, x, max_axes, sum_axes):
+        shifted = op.Sub(x, op.ReduceMax(x, max_axes, keepdims=1))
+        return op.Sub(shifted, op.Log(op.ReduceSum(op.Exp(shifted), sum_axes, keepdims=1)))
+
+
+def _mean(op, x, axes, n):
+    return pattern.OrValue([op.Div(op.ReduceSum(x, axes, keepdims=1), n), op.ReduceMean(x, axes, keepdims=1)],
+                           tag_var=None)
+
+
+def _normalize(op, d, var_eps, rsqrt: bool | None = None):
+    """d / sqrt(v) or d * rsqrt(v) (lax.rsqrt translates to Reciprocal(Sqrt)); both unless `rsqrt` picks.
+
+    The pattern matcher cannot end a pattern on a choice, so rules ending here pick one."""
+    std = op.Sqrt(var_eps)
+    if rsqrt is None:
+        return pattern.OrValue([op.Div(d, std), op.Mul(d, op.Reciprocal(std))])
+    return op.Mul(d, op.Reciprocal(std)) if rsqrt else op.Div(d, std)
+
+
+def _check_mean_and_eps(fusion: Fusion, x, axes_list, counts, epsilon) -> MatchResult:
+    result = fusion.available(x)
+    if not result:
+        return result
+    first = [trailing_axes(x, a) for a in axes_list]
+    if first[0] is None or any(f != first[0] for f in first):
+        return result.fail("the reductions are not over the same last axes", list(axes_list))
+    n = reduced_count(x, first[0])
+    for count in counts:
+        if count is not None and not is_close(count, n):
+            return result.fail(f"divides by {scalar(count)}, not the reduced size {n}", count)
+    if scalar(epsilon) is None:
+        return result.fail("epsilon is not a scalar constant", epsilon)
+    fusion._axis, fusion._epsilon = first[0], float(scalar(epsilon))
+    return result
+
+
+def _ones(op, x: ir.Value, first_axis: int):
+    """A scale of ones over the normalized axes, as a ConstantOfShape (never a dense initializer)."""
+    shape = list(static_shape(x)[first_axis:])
+    fill = ir.tensor(np.ones(1, numpy_dtype(x)))
+    return op.ConstantOfShape(op.Constant(value=ir.tensor(np.asarray(shape, np.int64))), value=fill)
+
+
+class LayerNorm(Fusion):
+    """(x - mean) / sqrt(var + eps) over the last axes, with mean and var written out in jnp."""
+
+    op_type = "LayerNormalization"
+    min_opset = 17
+    rsqrt = False
+
+    def pattern(self, op, x, axes1, n1, axes2, n2, epsilon):
+        d = op.Sub(x, _mean(op, x, axes1, n1))
+        square = pattern.OrValue([op.Mul(d, d), op.Pow(d, 2)])
+        return _normalize(op, d, op.Add(_mean(op, square, axes2, n2), epsilon), self.rsqrt)
+
+    def check(self, context, x, axes1, n1, axes2, n2, epsilon, **_) -> MatchResult:
+        return _check_mean_and_eps(self, x, [axes1, axes2], [n1, n2], epsilon)
+
+    def rewrite(self, op, x, **_):
+        stash = ir.DataType.DOUBLE if numpy_dtype(x) == np.float64 else ir.DataType.FLOAT
+        return op.LayerNormalization(x, _ones(op, x, self._axis), axis=self._axis, epsilon=self._epsilon,
+                                     stash_type=stash)
+
+
+class RMSNorm(Fusion):
+    """x / sqrt(mean(x * x) + eps) over the last axes (ONNX has the op from opset 23)."""
+
+    op_type = "RMSNormalization"
+    min_opset = 23
+    rsqrt = False
+
+    def pattern(self, op, x, axes, n, epsilon):
+        square = pattern.OrValue([op.Mul(x, x), op.Pow(x, 2)])
+        return _normalize(op, x, op.Add(_mean(op, square, axes, n), epsilon), self.rsqrt)
+
+    def check(self, context, x, axes, n, epsilon, **_) -> MatchResult:
+        return _check_mean_and_eps(self, x, [axes], [n], epsilon)
+
+    def rewrite(self, op, x, **_):
+        stash = ir.DataType.DOUBLE if numpy_dtype(x) == np.float64 else ir.DataType.FLOAT
+        return op.RMSNormalization(x, _ones(op, x, self._axis), axis=self._axis, epsilon=self._epsilon,
+                                   stash_type=stash)
+
+
+class LayerNormRsqrt(LayerNorm):
+    rsqrt = True
+
+
+class RMSNormRsqrt(RMSNorm):
+    rsqrt = True
+
+
+def _normalized_shape_of(node: ir.Node) -> list[int] | None:
+    x_shape = static_shape(node.inputs[0])
+    axis = node.attributes["axis"].as_int()
+    return None if x_shape is None else list(x_shape[axis % len(x_shape):])
+
+
+def _is_ones(value: ir.Value) -> bool:
+    producer = value.producer()
+    if producer is None or producer.op_type != "ConstantOfShape":
+        return False
+    return bool((producer.attributes["value"].as_tensor().numpy() == 1).all())
+
+
+def _fits(param: ir.Value, shape: list[int]) -> bool:
+    """`param` broadcasts over the normalized axes only: it has their shape, up to leading ones."""
+    param_shape = static_shape(param)
+    if param_shape is None or len(param_shape) > len(shape) + 8:
+        return False
+    stripped = list(param_shape)
+    while stripped and stripped[0] == 1 and len(stripped) > len(shape):
+        stripped.pop(0)
+    return stripped == shape
+
+
+class NormScale(Fusion):
+    """LayerNormalization(x) * g, or RMSNormalization: g becomes the op's scale."""
+
+    op_type = "LayerNormalization"
+    min_opset = 17
+
+    def pattern(self, op, x, ones, g):
+        return op.Mul(op.LayerNormalization(x, ones, _outputs=["normed"]), g)
+
+    def check(self, context, x, ones, g, normed, **_) -> MatchResult:
+        result = MatchResult()
+        self._shape = _normalized_shape_of(normed.producer())
+        if not _is_ones(ones) or len(normed.producer().inputs) > 2:
+            return result.fail("the normalization already has a scale or a bias", ones)
+        if self._shape is None or not _fits(g, self._shape):
+            return result.fail(f"the factor's shape {static_shape(g)} is not the normalized {self._shape}", g)
+        return result
+
+    def rewrite(self, op, x, ones, g, normed, **_):
+        node = normed.producer()
+        if static_shape(g) != tuple(self._shape):
+            g = op.Reshape(g, op.Constant(value=ir.tensor(np.asarray(self._shape, np.int64))))
+        return getattr(op, self.op_type)(x, g, **node.attributes)
+
+
+class NormBias(NormScale):
+    """LayerNormalization(x, g) + b: b becomes the op's bias."""
+
+    def pattern(self, op, x, g, b):
+        return op.Add(op.LayerNormalization(x, g, _outputs=["normed"]), b)
+
+    def check(self, context, x, g, b, normed, **_) -> MatchResult:
+        result = MatchResult()
+        self._shape = _normalized_shape_of(normed.producer())
+        if self._shape is None or not _fits(b, self._shape):
+            return result.fail(f"the bias's shape {static_shape(b)} is not the normalized {self._shape}", b)
+        return result
+
+    def rewrite(self, op, x, g, b, normed, **_):
+        node = normed.producer()
+        if static_shape(b) != tuple(self._shape):
+            b = op.Reshape(b, op.Constant(value=ir.tensor(np.asarray(self._shape, np.int64))))
+        return op.LayerNormalization(x, g, b, **node.attributes)
+
+
+class RMSNormScale(NormScale):
+    op_type = "RMSNormalization"
+    min_opset = 23
+
+    def pattern(self, op, x, ones, g):
+        return op.Mul(op.RMSNormalization(x, ones, _outputs=["normed"]), g)
+
+
+class BatchNorm(Fusion):
+    """(x - mean) / sqrt(var + eps) * g + b with per-channel (axis 1) statistics: inference BatchNormalization."""
+
+    op_type = "BatchNormalization"
+
+    def pattern(self, op, x, mean, var, epsilon, g, b):
+        return op.Add(op.Mul(_normalize(op, op.Sub(x, mean), op.Add(var, epsilon)), g), b)
+
+    def check(self, context, x, mean, var, epsilon, g, b, **_) -> MatchResult:
+        result = self.available(x)
+        shape = static_shape(x)
+        if not result or shape is None or len(shape) < 2:
+            return result if not result else result.fail("needs a static input of rank 2 or more", x)
+        self._channels = shape[1]
+        per_channel = [shape[1]] + [1] * (len(shape) - 2)
+        for param in (mean, var, g, b):
+            if not _fits(param, per_channel):
+                return result.fail(f"shape {static_shape(param)} is not per channel {per_channel}", param)
+        if scalar(epsilon) is None:
+            return result.fail("epsilon is not a scalar constant", epsilon)
+        self._epsilon = float(scalar(epsilon))
+        return result
+
+    def rewrite(self, op, x, mean, var, g, b, **_):
+        channels = op.Constant(value=ir.tensor(np.asarray([self._channels], np.int64)))
+        flat = [v if static_shape(v) == (self._channels,) else op.Reshape(v, channels) for v in (g, b, mean, var)]
+        return op.BatchNormalization(x, *flat, epsilon=self._epsilon)
+
+
+def rules(opset: int, target) -> list:
+    return [rule
+            for cls in (Softmax, LogSoftmax, LayerNorm, LayerNormRsqrt, NormScale, NormBias, RMSNorm, RMSNormRsqrt,
+                        RMSNormScale, BatchNorm)
+            if opset >= cls.min_opset
+            for rule in cls.rule(opset, target).commute()]

@@ -1,0 +1,52 @@
+"""Patterns taken from JAX itself: the graph a function translates to, replayed as a pattern.
+
+chlo legalization expands `erf` and `erfc` into dozens of polynomial ops whose
+coefficients differ per dtype. Writing those patterns by hand would copy
+XLA's constants; instead the function is lowered once per dtype on a scalar,
+translated and put in canonical form, and its nodes become the pattern.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable
+
+import jax
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import _pattern_ir
+
+from hlo2onnx.patterns.cleanup import canonicalize, const_array
+
+# Below this many nodes in the model no template is looked for (they cost a JAX lowering each, once).
+MIN_NODES = 20
+
+
+@lru_cache(maxsize=None)
+def template(fn: Callable, dtype: str) -> ir.Graph:
+    """The canonical ONNX graph of `fn` on one scalar of `dtype`."""
+    import hlo2onnx  # the translator imports this package
+
+    lowered = jax.jit(fn).lower(jax.ShapeDtypeStruct((), np.dtype(dtype)))
+    model = hlo2onnx.translate(lowered.compiler_ir("stablehlo"), fuse=False)
+    canonicalize(model)
+    return model.graph
+
+
+def replay(graph: ir.Graph, op, *inputs):
+    """Builds `graph` again with the pattern builder `op`; constants become value patterns."""
+    env: dict[ir.Value, object] = dict(zip(graph.inputs, inputs))
+    for node in graph:
+        args = []
+        for value in node.inputs:
+            if value in env:
+                args.append(env[value])
+                continue
+            array = const_array(value)
+            if array is None or array.size != 1:
+                raise ValueError(f"template input {value.name} is neither an input nor a scalar constant")
+            args.append(_pattern_ir.Constant(array.reshape(()).item()))
+        attrs = {name: attr.value for name, attr in node.attributes.items()}
+        outputs = getattr(op, node.op_type)(*args, _outputs=len(node.outputs), **attrs)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        env.update(zip(node.outputs, outputs))
+    return env[graph.outputs[0]]
