@@ -99,6 +99,11 @@ CASES = [
     Case("top_k_u8", lambda a: lax.top_k(a, 4), (rand((2, 9), np.uint8),)),
     Case("top_k_i64", lambda a: lax.top_k(a, 4), (rand((2, 9), np.int64),), x64=True),
     Case("top_k_3d", lambda a: lax.top_k(a, 2), (rand((2, 3, 5)),)),
+    Case("top_k_large", lambda a: lax.top_k(a, 5), (ties(F32, (2, 5000)),)),
+    # a sort whose results are only sliced: prefixes are sorted alone, other slices see the whole sort
+    Case("sort_prefix_slices", lambda a: (lambda s: (s[:3], s[:5]))(jnp.sort(a)), (special(F32),), tol=(0, 0)),
+    Case("sort_mixed_slices", lambda a: (lambda s: (s[:3], s[2:]))(jnp.sort(a)), (special(F32),), tol=(0, 0)),
+    Case("sort_other_axis_slice", lambda a: jnp.sort(a, axis=0)[:2, :3], (rand((6, 5)),)),
     # argmax/argmin: first extreme wins, NaN wins for floats
     *[Case(f"argmax_ties_{np.dtype(d).name}", lambda a: (jnp.argmax(a, 1), jnp.argmin(a, 1), jnp.argmax(a, 0)),
            (ties(d, (5, 7)),)) for d in (np.int8, np.uint8, np.int16, np.uint32, np.int32, bool, F16, F32)],
