@@ -81,6 +81,15 @@ def roundtrip(via):
                                                                                   a.dtype))
 
 
+def random_floats(bits_dtype, dtype, n=50_000) -> np.ndarray:
+    """Floats from uniformly random bit patterns: every exponent, subnormals; NaNs dropped."""
+    info = np.iinfo(bits_dtype)
+    values = np.random.default_rng(5).integers(0, info.max, n, dtype=bits_dtype, endpoint=True).view(dtype)
+    return values[~np.isnan(values)]
+
+
+ALL_F16 = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16).view(F16)
+ALL_F16 = ALL_F16[~np.isnan(ALL_F16)]
 # NaN payloads are not kept (module docstring): bit patterns of NaN are left out of the bits -> float cases.
 NAN_FREE = {d: float_specials(d)[~np.isnan(float_specials(d))] for d in (F16, F32, F64)}
 
@@ -120,6 +129,11 @@ CASES = [
     Case("bitcast_u8_i8", bitcast(jnp.int8), (full_range(np.uint8),)),
     Case("bitcast_f16_bf16", lambda a: lax.bitcast_convert_type(a, BF16).astype(F32), (NAN_FREE[F16],), tol=(0, 0)),
     Case("bitcast_roundtrip_f32_i32", roundtrip(jnp.int32), (rand((4, 5), F32, low=-1e30, high=1e30),), tol=(0, 0)),
+    Case("bitcast_f16_all_values", bitcast(jnp.uint16), (ALL_F16,)),
+    Case("bitcast_all_f16_patterns", bitcast(jnp.float16), (ALL_F16.view(np.uint16),), tol=(0, 0)),
+    Case("bitcast_f32_random_patterns", roundtrip(jnp.uint32), (random_floats(np.uint32, F32),), tol=(0, 0)),
+    Case("bitcast_f64_random_patterns", roundtrip(jnp.int64), (random_floats(np.uint64, F64),), tol=(0, 0),
+         x64=True),
     # bitcast_convert between widths: a minor dimension appears or goes
     Case("bitcast_f32_to_u8x4", bitcast(jnp.uint8), (float_specials(F32).reshape(4, 5),)),
     Case("bitcast_f32_to_i16x2", bitcast(jnp.int16), (float_specials(F32),)),

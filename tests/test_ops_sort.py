@@ -1,6 +1,7 @@
 """sort (jnp.sort, argsort, lax.sort with several operands and keys), top_k, argmax/argmin ties, TOTALORDER."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -10,6 +11,7 @@ from jax._src.lax.lax import eq_to_p, le_to_p, lt_to_p  # the only way to emit a
 
 from harness import Case, rand, run_case
 from hlo2onnx.ops import sort as sort_module
+from hlo2onnx.registry import RULES
 
 F32, F16, F64 = np.float32, np.float16, np.float64
 BF16 = ml_dtypes.bfloat16
@@ -97,6 +99,11 @@ CASES = [
     Case("top_k_u8", lambda a: lax.top_k(a, 4), (rand((2, 9), np.uint8),)),
     Case("top_k_i64", lambda a: lax.top_k(a, 4), (rand((2, 9), np.int64),), x64=True),
     Case("top_k_3d", lambda a: lax.top_k(a, 2), (rand((2, 3, 5)),)),
+    Case("top_k_large", lambda a: lax.top_k(a, 5), (ties(F32, (2, 5000)),)),
+    # a sort whose results are only sliced: prefixes are sorted alone, other slices see the whole sort
+    Case("sort_prefix_slices", lambda a: (lambda s: (s[:3], s[:5]))(jnp.sort(a)), (special(F32),), tol=(0, 0)),
+    Case("sort_mixed_slices", lambda a: (lambda s: (s[:3], s[2:]))(jnp.sort(a)), (special(F32),), tol=(0, 0)),
+    Case("sort_other_axis_slice", lambda a: jnp.sort(a, axis=0)[:2, :3], (rand((6, 5)),)),
     # argmax/argmin: first extreme wins, NaN wins for floats
     *[Case(f"argmax_ties_{np.dtype(d).name}", lambda a: (jnp.argmax(a, 1), jnp.argmin(a, 1), jnp.argmax(a, 0)),
            (ties(d, (5, 7)),)) for d in (np.int8, np.uint8, np.int16, np.uint32, np.int32, bool, F16, F32)],
@@ -139,7 +146,6 @@ def test_sort_generic_comparator(case: Case, monkeypatch) -> None:
 
 def test_comparator_keys_of_lexsort() -> None:
     """The reader sees JAX's num_keys=3 comparator as three keys (so the TopK path is taken)."""
-    import jax
     from hlo2onnx.mlir_io import prepare
 
     module = jax.jit(lambda a, b, c: lax.sort((a, b, c), num_keys=3)).lower(
@@ -151,3 +157,35 @@ def test_comparator_keys_of_lexsort() -> None:
         keys = sort_module.comparator_keys(sort_op.regions[0].blocks[0])
     assert [(k.operand, k.descending, k.kind) for k in keys] == [(0, False, "canonical"), (1, False, "int"),
                                                                  (2, False, "int")]
+
+
+# jnp functions built on sort, top_k and argmax that also need ops translated on other branches.
+def needs(case: Case, *ops: str):
+    missing = [op for op in ops if op not in RULES]
+    return pytest.param(case, id=case.name, marks=pytest.mark.skipif(
+        bool(missing), reason=f"JAX lowers {case.name} with {', '.join(missing)}, not translated on this branch"))
+
+
+COMPOSITE = [
+    pytest.param(Case("partition", lambda a: jnp.partition(a, 3), (rand((9,)),)), id="partition"),
+    pytest.param(Case("searchsorted_compare_all", lambda a, v: jnp.searchsorted(a, v, method="compare_all"),
+                      (np.sort(rand((9,))), rand((4,), seed=3))), id="searchsorted_compare_all"),
+    pytest.param(Case("nanargmax", lambda a: (jnp.nanargmax(a, axis=0), jnp.nanargmin(a, axis=1)),
+                      (np.array([[np.nan, 1], [2, np.nan], [0, 5]], F32),)), id="nanargmax"),
+    pytest.param(Case("isin", jnp.isin, (ties(F32, (8,)), np.array([1, 2], F32))), id="isin"),
+    needs(Case("median", lambda a: jnp.median(a, axis=1), (rand((3, 7)),)), "stablehlo.gather"),
+    needs(Case("quantile", lambda a: jnp.quantile(a, 0.3), (rand((11,)),)), "stablehlo.gather"),
+    needs(Case("argpartition", lambda a: jnp.argpartition(a, 3), (rand((9,)),)), "stablehlo.scatter"),
+    needs(Case("searchsorted_sort", lambda a, v: jnp.searchsorted(a, v, method="sort"),
+               (np.sort(rand((9,))), rand((4,), seed=3))), "stablehlo.scatter"),
+    needs(Case("top_k_grad", jax.grad(lambda a: lax.top_k(a, 3)[0].sum()), (rand((7,)),)), "stablehlo.scatter"),
+    needs(Case("sort_grad", jax.grad(lambda a: (jnp.sort(a) * jnp.arange(7.0)).sum()), (rand((7,)),)),
+          "stablehlo.scatter"),
+    needs(Case("unique", lambda a: jnp.unique(a, size=6, fill_value=-1), (ties(F32, (10,)),)),
+          "stablehlo.gather", "stablehlo.scatter", "stablehlo.reduce_window"),
+]
+
+
+@pytest.mark.parametrize("case", COMPOSITE)
+def test_sort_composite(case: Case) -> None:
+    run_case(case)

@@ -3,8 +3,9 @@
 ORT's BitShift runs on uint8/uint32/uint64 only, so shifts work on an
 unsigned, zero-extended view of the operand (two's-complement casts wrap).
 ORT has no BitCast kernel: a float's bit pattern is computed with exact float
-arithmetic in f64 (sign, exponent from a log corrected against a table of
-powers of two, mantissa by exact scaling), and back. That is exact for every
+arithmetic (sign, exponent from a log corrected against a table of powers of
+two, mantissa by exact scaling), and back, in f32 for formats up to 32 bits and
+in f64 for f64. That is exact for every
 value except NaN payloads: every NaN reads as the quiet NaN of its format, and
 NaN bit patterns decode to a NaN.
 """
@@ -104,13 +105,18 @@ def count_leading_zeros(ctx, x):
 
 
 # -- float bit patterns ---------------------------------------------------------------
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    # Every value of a format up to 32 bits, and every power of two it uses, is an exact f32.
+    return F64 if dtype == F64 else np.dtype(np.float32)
+
+
 def _powers_of_two(b, dtype: np.dtype) -> tuple[ir.Value, int]:
-    """Table t[k] = 2^(k - bias) for the biased exponents k of `dtype`'s format, in f64."""
+    """Table t[k] = 2^(k - bias) for the biased exponents k of `dtype`'s format (the ends may be 0 or inf)."""
     exponent_bits, _ = _FORMATS[dtype]
     bias = 2 ** (exponent_bits - 1) - 1
-    exponents = np.arange(-bias, bias + 2, dtype=np.float64)
     with np.errstate(over="ignore"):
-        return b.const(np.ldexp(1.0, exponents.astype(np.int64))), bias
+        table = np.ldexp(1.0, np.arange(-bias, bias + 2)).astype(_compute_dtype(dtype))
+    return b.const(table), bias
 
 
 def float_to_bits(b, x: ir.Value, dtype: np.dtype) -> ir.Value:
@@ -118,9 +124,9 @@ def float_to_bits(b, x: ir.Value, dtype: np.dtype) -> ir.Value:
     dtype = np.dtype(dtype)
     exponent_bits, mantissa_bits = _FORMATS[dtype]
     table, bias = _powers_of_two(b, dtype)
-    width = _bits(dtype)
-    x = b.cast(x, F64)  # exact
-    f = lambda v: b.const(v, F64)  # noqa: E731
+    width, compute = _bits(dtype), _compute_dtype(dtype)
+    x = b.cast(x, compute)  # exact
+    f = lambda v: b.const(v, compute)  # noqa: E731
     i = lambda v: b.const(v, I64)  # noqa: E731
     a = b.op("Abs", x)
     negative = b.op("Or", b.op("Less", x, f(0)), b.op("Less", b.op("Reciprocal", x), f(0)))  # 1/-0 = -inf
@@ -135,7 +141,7 @@ def float_to_bits(b, x: ir.Value, dtype: np.dtype) -> ir.Value:
     exponent = b.op("Add", exponent, b.cast(b.op("LessOrEqual", power(b.op("Add", exponent, i(1))), safe), I64))
     scale = f(float(2 ** mantissa_bits))
     normal_mantissa = b.cast(b.op("Mul", b.op("Sub", b.op("Div", safe, power(exponent)), f(1.0)), scale), I64)
-    # Subnormals: a / 2^(1 - bias - mantissa_bits), in two steps (2^1074 is beyond f64).
+    # Subnormals: a / 2^(1 - bias - mantissa_bits), in two exact steps (2^149 is beyond f32, 2^1074 beyond f64).
     tiny = b.op("Where", normal, f(0.0), b.op("Where", b.op("Or", nan, inf), f(0.0), a))
     half = float(np.ldexp(1.0, (bias - 1 + mantissa_bits) // 2))
     rest = float(np.ldexp(1.0, (bias - 1 + mantissa_bits) - (bias - 1 + mantissa_bits) // 2))
@@ -154,13 +160,13 @@ def bits_to_float(b, bits: ir.Value, dtype: np.dtype) -> ir.Value:
     dtype = np.dtype(dtype)
     exponent_bits, mantissa_bits = _FORMATS[dtype]
     table, bias = _powers_of_two(b, dtype)
-    width = _bits(dtype)
-    f = lambda v: b.const(v, F64)  # noqa: E731
+    width, compute = _bits(dtype), _compute_dtype(dtype)
+    f = lambda v: b.const(v, compute)  # noqa: E731
     i = lambda v: b.const(v, I64)  # noqa: E731
     magnitude = b.op("BitwiseAnd", bits, i(2 ** (width - 1) - 1))
     negative = b.op("Not", b.op("Equal", magnitude, bits))
     biased = b.op("Div", magnitude, i(2 ** mantissa_bits))
-    mantissa = b.cast(b.op("BitwiseAnd", magnitude, i(2 ** mantissa_bits - 1)), F64)  # exact: < 2^53
+    mantissa = b.cast(b.op("BitwiseAnd", magnitude, i(2 ** mantissa_bits - 1)), compute)  # exact: < 2^53
     fraction = b.op("Mul", mantissa, f(float(np.ldexp(1.0, -mantissa_bits))))
     normal = b.op("Mul", b.op("Add", fraction, f(1.0)), b.op("Gather", table, biased))
     subnormal = b.op("Mul", mantissa, f(float(np.ldexp(1.0, 1 - bias - mantissa_bits))))

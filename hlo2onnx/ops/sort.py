@@ -4,8 +4,10 @@ JAX's comparators are lexicographic over `num_keys` operands, each key compared
 with LT (GT for top_k), floats under TOTALORDER after mapping -0 to 0 and every
 NaN to one NaN. Such a comparator is read into a list of keys and the sort is
 built from ONNX TopK, which ties equal values by index and so is stable: one
-TopK per key, least significant first (an LSD radix sort over keys). Any other
-comparator is evaluated on all pairs of elements (O(n^2), small sizes only).
+TopK per key, least significant first (an LSD radix sort over keys). top_k
+arrives as such a sort followed by slices of the first k: then the last TopK
+takes only k. Any other comparator is evaluated on all pairs of elements
+(O(n^2), small sizes only).
 
 ORT's TopK orders NaNs arbitrarily, so float keys are first mapped to keys
 whose ordinary order is the total order. NaN signs cannot be read without a
@@ -25,6 +27,7 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx.ops.shape import transpose_to
 from hlo2onnx.registry import RULES, register
+from hlo2onnx.translator import RuleContext, set_type
 from hlo2onnx.types import TensorType, is_float, tensor_type
 
 F64 = np.dtype(np.float64)
@@ -223,15 +226,34 @@ def _order_keys(b, x: ir.Value, dtype: np.dtype, kind: str) -> list[tuple[ir.Val
     return total_order_keys(b, x, dtype, kind == "canonical")
 
 
-def _keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int) -> ir.Value:
-    """Indices that sort along `axis` by `keys`: one stable TopK per key, least significant first."""
+def _keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int, first: int) -> ir.Value:
+    """Indices of the first `first` elements in `keys` order along `axis`: stable TopKs, least significant first."""
+    passes = [(part, dtype, key.descending) for key in keys
+              for part, dtype in _order_keys(b, operands[key.operand], dtypes[key.operand], key.kind)]
     perm = None
-    for key in reversed(keys):
-        for part, dtype in reversed(_order_keys(b, operands[key.operand], dtypes[key.operand], key.kind)):
-            current = part if perm is None else b.op("GatherElements", part, perm, axis=axis)
-            indices = _topk_indices(b, current, dtype, n, axis, key.descending)
-            perm = indices if perm is None else b.op("GatherElements", perm, indices, axis=axis)
+    for i, (part, dtype, descending) in enumerate(reversed(passes)):
+        current = part if perm is None else b.op("GatherElements", part, perm, axis=axis)
+        indices = _topk_indices(b, current, dtype, first if i == len(passes) - 1 else n, axis, descending)
+        perm = indices if perm is None else b.op("GatherElements", perm, indices, axis=axis)
     return perm
+
+
+def _prefix_used(op, axis: int, n: int) -> int:
+    """k when every use of the sort's results is a slice of the first k along `axis` (top_k's form), else n."""
+    first = 0
+    for result in op.results:
+        for use in result.uses:
+            user = use.owner
+            if user.operation.name != "stablehlo.slice":
+                return n
+            decoded = attr_codec.decode_all(user)
+            full = list(tensor_type(result.type).shape)
+            limits = list(decoded["limit_indices"])
+            if any(decoded["start_indices"]) or any(s != 1 for s in decoded["strides"]) or \
+                    limits[:axis] + limits[axis + 1:] != full[:axis] + full[axis + 1:]:
+                return n
+            first = max(first, limits[axis])
+    return first or n
 
 
 def _pairwise_permutation(ctx, operands, n: int, axis: int) -> ir.Value:
@@ -262,7 +284,6 @@ def _pairwise_permutation(ctx, operands, n: int, axis: int) -> ir.Value:
 
 def _emit_pairwise(ctx, block: mlir.Block, args: list[ir.Value], shape: list[int]) -> ir.Value:
     """Translates a scalar comparator on pair matrices: each op's rule sees the matrix shape."""
-    from hlo2onnx.translator import RuleContext, set_type
 
     env = dict(zip(block.arguments, args))
     for op in block.operations:
@@ -284,6 +305,14 @@ def _emit_pairwise(ctx, block: mlir.Block, args: list[ir.Value], shape: list[int
     raise NotImplementedError("sort comparator without a return")
 
 
+def _gather(ctx, index: int, x: ir.Value, perm: ir.Value, axis: int) -> ir.Value:
+    """x reordered by perm; an iota along the axis (argsort's, top_k's indices) is perm itself."""
+    source = _producer(ctx.hlo_op.operands[index], "stablehlo.iota")
+    if source is not None and source.operation.attributes["iota_dimension"].value == axis:
+        return ctx.b.cast(perm, ctx.in_types[index].dtype)
+    return ctx.b.op("GatherElements", x, perm, axis=axis)
+
+
 @register("stablehlo.sort")
 def sort(ctx, *operands, dimension: int, is_stable: bool = False):
     b = ctx.b
@@ -295,8 +324,14 @@ def sort(ctx, *operands, dimension: int, is_stable: bool = False):
     dtypes = [t.dtype for t in ctx.in_types]
     keys = comparator_keys(ctx.hlo_op.regions[0].blocks[0])
     # Stable either way: an unstable sort may order ties any way it likes.
-    if keys is not None:
-        perm = _keys_permutation(b, operands, dtypes, keys, n, axis)
-    else:
+    if keys is None:
         perm = _pairwise_permutation(ctx, operands, n, axis)
-    return [b.op("GatherElements", x, perm, axis=axis) for x in operands]
+        return [b.op("GatherElements", x, perm, axis=axis) for x in operands]
+    # top_k arrives as a sort whose results are only sliced to the first k: sort only those. The
+    # results are then shorter than the sort's type says, which the slices (all their users) accept.
+    first = _prefix_used(ctx.hlo_op, axis, n)
+    perm = _keys_permutation(b, operands, dtypes, keys, n, axis, first)
+    results = [_gather(ctx, i, x, perm, axis) for i, x in enumerate(operands)]
+    for value, ttype in zip(results, ctx.out_types):
+        set_type(value, ttype._replace(shape=ttype.shape[:axis] + (first,) + ttype.shape[axis + 1:]))
+    return results
