@@ -25,13 +25,29 @@ def _single_axis(result: MatchResult, x: ir.Value, *axes: ir.Value) -> int | Non
     return int(arrays[0].reshape(-1)[0])
 
 
+def _row_max(op, x, max_axes):
+    """max(x) kept as a broadcastable row, with or without the translator's NaN guard.
+
+    The guard (NaN if any element is NaN, as XLA's max) changes nothing inside a
+    (log-)softmax: a NaN anywhere in a row already makes the whole row NaN.
+    """
+    guarded = op.Where(op.Cast(op.ReduceMax(op.Cast(op.IsNaN(x)), max_axes, keepdims=0)), pattern.Var("nan_fill"),
+                       op.ReduceMax(x, max_axes, keepdims=0))
+    return pattern.OrValue([op.ReduceMax(x, max_axes, keepdims=1), op.Reshape(guarded, _ignored_shape())],
+                           tag_var=None)
+
+
+def _ignored_shape():
+    return pattern.Var("row_shape")
+
+
 class Softmax(Fusion):
     """exp(x - max(x)) / sum(exp(x - max(x))): jax.nn.softmax and the hand-written form alike."""
 
     op_type = "Softmax"
 
     def pattern(self, op, x, max_axes, sum_axes):
-        e = op.Exp(op.Sub(x, op.ReduceMax(x, max_axes, keepdims=1)))
+        e = op.Exp(op.Sub(x, _row_max(op, x, max_axes)))
         return op.Div(e, op.ReduceSum(e, sum_axes, keepdims=1))
 
     def check(self, context, x, max_axes, sum_axes, **_) -> MatchResult:
@@ -50,7 +66,7 @@ class LogSoftmax(Softmax):
     op_type = "LogSoftmax"
 
     def pattern(self, op, x, max_axes, sum_axes):
-        shifted = op.Sub(x, op.ReduceMax(x, max_axes, keepdims=1))
+        shifted = op.Sub(x, _row_max(op, x, max_axes))
         return op.Sub(shifted, op.Log(op.ReduceSum(op.Exp(shifted), sum_axes, keepdims=1)))
 
 
