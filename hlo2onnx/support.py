@@ -55,7 +55,14 @@ _ORT_CPU_MISSING = {
     "ArgMax": "bool int16 uint16 uint32 uint64", "ArgMin": "bool int16 uint16 uint32 uint64",
     "MatMul": "bool int8 int16 uint8 uint16", "Gemm": "bool " + _INTS,
     "CumSum": "bool int8 int16 uint8 uint16 uint32 uint64",
-    "Pad": "int16 uint16", "Clip": "bool", "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
+    "Pad": "int16 uint16", "Clip": "bool",
+    "Expand": "bfloat16",  # the one data-movement op ORT CPU lacks for bf16
+    # Scatter reductions are keyed "op:reduction": ORT's kernels differ by reduction.
+    "ScatterND:add": "float16", "ScatterND:mul": "float16",
+    "ScatterND:min": "bool float16", "ScatterND:max": "bool float16",
+    "ScatterElements:add": "float16", "ScatterElements:mul": "float16",
+    "ScatterElements:min": "bool", "ScatterElements:max": "bool",
+    "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
     **{op: _FLOAT_ONLY for op in ("Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sin", "Cos", "Floor",
                                   "Ceil", "Round", "Sigmoid", "IsNaN", "IsInf")},
     **{op: _TRANSCENDENTAL_F64 for op in ("Tan", "Erf", "Atan", "Asin", "Acos", "Sinh", "Cosh",
