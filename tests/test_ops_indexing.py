@@ -20,6 +20,8 @@ cols = np.array([3, 0, 1], I32)
 neg = np.array([-1, -5, 2], I32)
 oob = np.array([7, -9, 1, 5, -6], I32)  # past both ends, after JAX's negative wrap too
 upd44 = rand((4, 4), seed=7)
+_nan_x = np.array([1, np.nan, 3, 4, 0], F32)
+_nan_u = np.array([np.nan, 0, 2, 9, np.nan, -1], F32)  # a NaN update, then a number, at index 3
 
 
 def idx(*values, dtype=I32):
@@ -90,6 +92,11 @@ SCATTER = [
     Case("mul_repeated", lambda x, i, u: x.at[i].multiply(u), (x54, rows, upd44)),
     Case("min_repeated", lambda x, i, u: x.at[i].min(u), (x54, rows, upd44)),
     Case("max_repeated", lambda x, i, u: x.at[i].max(u), (x54, rows, upd44)),
+    Case("min_nan", lambda x, i, u: x.at[i].min(u), (_nan_x, idx(0, 1, 2, 2, 3, 3), _nan_u)),
+    Case("max_nan", lambda x, i, u: x.at[i].max(u), (_nan_x, idx(0, 1, 2, 2, 3, 3), _nan_u)),
+    Case("max_nan_f16", lambda x, i, u: x.at[i].max(u), 
+         (_nan_x.astype(F16), idx(0, 1, 2, 2, 3, 3), _nan_u.astype(F16))),
+    Case("segment_min_nan", lambda u, i: jax.ops.segment_min(u, i, num_segments=5), (_nan_u, idx(3, 1, 2, 2, 1, 3))),
     Case("add_cols", lambda x, i: x.at[:, i].add(1.5), (x54, idx(1, 1, 3))),
     Case("add_pairs", lambda x, i, j: x.at[i, j].add(2.0), (x54, idx(0, 4, 0, 2), idx(3, 0, 3, 1))),
     Case("add_split_advanced", lambda x, i, j: x.at[i, :, j].add(1.0), (x345, idx(0, 2, 0), idx(4, 0, 4))),
@@ -120,8 +127,10 @@ SCATTER = [
     Case("scatter_f16_max", lambda x, i, u: x.at[i].max(u), (x54.astype(F16), oob[:4], upd44.astype(F16))),
     Case("scatter_f16_set", lambda x, i: x.at[i].set(1.0), (x54.astype(F16), oob)),
     # bf16 made inside: mnjit's runtime does not take bf16 arguments yet.
-    Case("scatter_bf16_add", lambda x, i, u: x.astype(BF16).at[i].add(u.astype(BF16)).astype(F32), (x54, oob[:4], upd44)),
-    Case("scatter_bf16_set", lambda x, i, u: x.astype(BF16).at[i].set(u.astype(BF16)).astype(F32), (x54, oob[:4], upd44)),
+    Case("scatter_bf16_add", lambda x, i, u: x.astype(BF16).at[i].add(u.astype(BF16)).astype(F32),
+         (x54, oob[:4], upd44)),
+    Case("scatter_bf16_set", lambda x, i, u: x.astype(BF16).at[i].set(u.astype(BF16)).astype(F32),
+         (x54, oob[:4], upd44)),
     Case("scatter_f64_add", lambda x, i, u: x.at[i].add(u), (x54.astype(F64), rows, upd44.astype(F64)), x64=True),
     Case("scatter_i32_add", lambda x, i: x.at[i].add(3), (rand((5, 4), I32), oob)),
     Case("scatter_i32_min", lambda x, i: x.at[i].min(-7), (rand((5, 4), I32), oob)),
@@ -286,3 +295,12 @@ def test_index_vector_dim_not_last(text, reference, args) -> None:
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     actual = session.run(None, {inp.name: a for inp, a in zip(session.get_inputs(), args)})[0]
     np.testing.assert_allclose(actual, np.asarray(jax.jit(reference)(*args)), rtol=2e-6, atol=2e-6)
+
+
+def test_scatter_with_other_body_is_refused() -> None:
+    """`.at[].apply` scatters with an arbitrary body: refused by name, never approximated."""
+    import hlo2onnx
+    from mnjit import mnjit
+
+    with pytest.raises(hlo2onnx.UnsupportedOpError, match="stablehlo.scatter: scatter with body"):
+        mnjit(lambda x, i: x.at[i].apply(jnp.sin))(x54, rows)

@@ -234,7 +234,22 @@ def _scatter_node(b, op: str, data, idx, updates, dtype: np.dtype, reduction: st
     # The support table keys reductions as "ScatterND:add": ORT lacks some only for some reductions.
     compute = b.target.compute_dtype(op if reduction == "none" else f"{op}:{reduction}", dtype)
     out = b.op(op, b.cast(data, compute), idx, b.cast(updates, compute), reduction=reduction, **attrs)
-    return b.cast(out, dtype)
+    out = b.cast(out, dtype)
+    if reduction in ("min", "max") and is_float(dtype):
+        out = _propagate_nan(b, op, data, idx, updates, out, dtype, **attrs)
+    return out
+
+
+def _propagate_nan(b, op: str, data, idx, updates, out, dtype: np.dtype, **attrs) -> ir.Value:
+    """XLA's min/max propagate NaN; ORT's scatter reductions let a later number replace a NaN.
+
+    An element is NaN if it was, or if any NaN update reached it (found by a second, uint8 scatter-max).
+    """
+    nan_updates = b.cast(b.typed("IsNaN", updates, dtype=dtype, result_dtype=np.bool_), np.uint8)
+    zeros = b.op("ConstantOfShape", b.op("Shape", data), value=ir.tensor(np.zeros(1, np.uint8)))
+    hit = b.op(op, zeros, idx, nan_updates, reduction="max", **attrs)
+    poisoned = b.op("Or", b.typed("IsNaN", data, dtype=dtype, result_dtype=np.bool_), b.cast(hit, np.bool_))
+    return b.typed("Where", poisoned, b.const(np.asarray(np.nan, dtype)), out, dtype=dtype, cast=(1, 2))
 
 
 def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dtype: np.dtype,
