@@ -60,6 +60,11 @@ _ORT_CPU_MISSING = {
     # Convolutions and pools: float kernels only, and no f64 Conv/ConvTranspose/AveragePool.
     "Conv": _FLOAT_ONLY + " float64", "ConvTranspose": _FLOAT_ONLY + " float64",
     "AveragePool": _FLOAT_ONLY + " float64", "MaxPool": "bool int16 int32 int64 uint16 uint32 uint64",
+    # Scatter reductions are keyed "op:reduction": ORT's kernels differ by reduction.
+    "ScatterND:add": "float16", "ScatterND:mul": "float16",
+    "ScatterND:min": "bool float16", "ScatterND:max": "bool float16",
+    "ScatterElements:add": "float16", "ScatterElements:mul": "float16",
+    "ScatterElements:min": "bool", "ScatterElements:max": "bool",
     **{op: _FLOAT_ONLY for op in ("Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sin", "Cos", "Floor",
                                   "Ceil", "Round", "Sigmoid", "IsNaN", "IsInf")},
     **{op: _TRANSCENDENTAL_F64 for op in ("Tan", "Erf", "Atan", "Asin", "Acos", "Sinh", "Cosh",

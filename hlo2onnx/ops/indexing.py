@@ -1,0 +1,380 @@
+"""gather, scatter, dynamic_slice and dynamic_update_slice, with XLA's out-of-bounds rules.
+
+gather clamps each start index so its slice fits; scatter skips every update
+whose window does not fit. Both follow one plan: the start indices become an
+int64 matrix `batch + [K]`, batching dims become iota columns, windows wider
+than one element add constant offsets, and a single ONNX Gather/GatherElements/
+GatherND (or ScatterElements/ScatterND) runs on the operand with its indexed
+dims moved first. Axes are tracked as labels, ("b", j) for batch axis j of the
+indices and ("o", d) for operand dim d, so one transpose + reshape gives
+StableHLO's result layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from jax.extend.mlir.dialects import stablehlo
+
+from hlo2onnx.ops.reduce import single_reducer
+from hlo2onnx.ops.shape import reshape_to, transpose_to
+from hlo2onnx.registry import register
+from hlo2onnx.types import is_bool, is_float
+
+I64 = np.dtype(np.int64)
+Label = tuple[str, int]
+
+
+# -- start indices ----------------------------------------------------------------
+@dataclass
+class _Starts:
+    """Start indices as `matrix` (int64, `batch` + [len(dims)]); column k indexes operand dim dims[k].
+
+    `pairs` are the batching dims: (operand dim, batch axis of the indices).
+    """
+
+    matrix: ir.Value
+    batch: list[int]
+    dims: list[int]
+    pairs: list[tuple[int, int]]
+    const: np.ndarray | None  # the matrix's values when the indices are a constant
+
+
+def _starts(b, indices: ir.Value, shape: Sequence[int], index_vector_dim: int, index_map: Sequence[int],
+            operand_batching: Sequence[int], indices_batching: Sequence[int]) -> _Starts:
+    rank = len(shape)
+    if index_vector_dim == rank:
+        batch = list(shape)
+        matrix = b.op("Unsqueeze", indices, b.shape_const([rank]))
+    else:
+        batch = [n for i, n in enumerate(shape) if i != index_vector_dim]
+        matrix = transpose_to(b, indices, [i for i in range(rank) if i != index_vector_dim] + [index_vector_dim])
+    const = None
+    if indices.const_value is not None:
+        array = indices.const_value.numpy().astype(np.int64)
+        const = array[..., None] if index_vector_dim == rank else np.moveaxis(array, index_vector_dim, -1)
+    pairs = [(d, axis if axis < index_vector_dim else axis - 1)
+             for d, axis in zip(operand_batching, indices_batching)]
+    return _Starts(b.cast(matrix, I64), batch, list(index_map), pairs, const)
+
+
+def _with_batching_columns(b, s: _Starts) -> tuple[ir.Value, list[int]]:
+    """The matrix with one iota column per batching dim, and the operand dim of every column."""
+    columns, dims = [s.matrix], list(s.dims)
+    for d, j in s.pairs:
+        iota = np.arange(s.batch[j], dtype=np.int64).reshape([-1 if i == j else 1 for i in range(len(s.batch))] + [1])
+        columns.append(b.op("Expand", b.const(iota), b.shape_const(s.batch + [1])))
+        dims.append(d)
+    return (b.op("Concat", *columns, axis=-1) if len(columns) > 1 else s.matrix), dims
+
+
+def _known_within(s: _Starts, high: Sequence[int]) -> bool:
+    """Whether every start column is known to lie in [0, high] (no columns, or constant indices)."""
+    return not s.dims or (s.const is not None and bool(((s.const >= 0) & (s.const <= np.asarray(high))).all()))
+
+
+def _fits(b, s: _Starts, high: Sequence[int]) -> ir.Value | None:
+    """Bool of shape `batch`: every start column lies in [0, high]; None when that is known statically."""
+    if _known_within(s, high):
+        return None
+    high = np.asarray(high, np.int64)
+    ok = b.op("And", b.op("GreaterOrEqual", s.matrix, b.const(np.zeros(1, I64))),
+              b.op("LessOrEqual", s.matrix, b.const(high)))
+    if len(s.dims) == 1:
+        return reshape_to(b, ok, s.batch)
+    return b.op("ReduceMin", ok, b.shape_const([-1]), keepdims=0)
+
+
+def _clamp(b, starts: ir.Value, high: Sequence[int]) -> ir.Value:
+    """XLA's clamp of start indices into [0, high] (high = dim - slice size)."""
+    clipped = b.op("Min", starts, b.const(np.asarray(high, np.int64)))
+    return b.op("Max", clipped, b.const(np.zeros(1, I64)))
+
+
+def _window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[int]) -> ir.Value:
+    """starts (batch + [K]) plus every offset of a window of `sizes` (one per column).
+
+    Gives batch + [sizes above 1] + [K]: only windows wider than one element get an axis.
+    """
+    wide = [k for k, n in enumerate(sizes) if n > 1]
+    if not wide:
+        return starts
+    grid = np.indices([sizes[k] for k in wide], dtype=np.int64)
+    offsets = np.zeros([sizes[k] for k in wide] + [len(sizes)], np.int64)
+    for axis, k in enumerate(wide):
+        offsets[..., k] = grid[axis]
+    starts = reshape_to(b, starts, batch + [1] * len(wide) + [len(sizes)])
+    return b.op("Add", starts, b.const(offsets))
+
+
+# -- layout -------------------------------------------------------------------------
+def _arrange(b, x: ir.Value, labels: list[Label], target: list[Label], out_shape: Sequence[int]) -> ir.Value:
+    """Transposes `x` (axes named by `labels`) into `target` order; axes in only one of them have size 1."""
+    present = [label for label in target if label in labels]
+    perm = [labels.index(label) for label in present] + [i for i, lb in enumerate(labels) if lb not in target]
+    x = transpose_to(b, x, perm)
+    if present != target or len(labels) != len(target):
+        x = reshape_to(b, x, out_shape)
+    return x
+
+
+def _labels(rank: int, window_axes: Sequence[int], window_dims: Sequence[int]) -> list[Label]:
+    """Axis labels of a gather result or scatter update: window axes carry operand dims, the rest batch axes."""
+    window = dict(zip(window_axes, window_dims))
+    batch = iter(range(rank))
+    return [("o", window[axis]) if axis in window else ("b", next(batch)) for axis in range(rank)]
+
+
+def _crop(b, x: ir.Value, shape: Sequence[int], sizes: Sequence[int], dims: Sequence[int]) -> ir.Value:
+    """x[0:sizes[d]] along each of `dims` narrower than the operand."""
+    axes = [d for d in dims if sizes[d] < shape[d]]
+    if not axes:
+        return x
+    return b.op("Slice", x, b.shape_const([0] * len(axes)), b.shape_const([sizes[d] for d in axes]),
+                b.shape_const(axes))
+
+
+def _elements_form(s: _Starts, rank: int, window: Sequence[int]) -> tuple[int, list[int | None]] | None:
+    """(axis, batch axis per operand dim) when GatherElements/ScatterElements fit, else None.
+
+    They fit when one start column picks single elements along `axis`, every other operand dim is a
+    batching dim, and at most one batch axis is left over: it runs along `axis` (None: a new unit axis).
+    """
+    if len(s.dims) != 1 or window[s.dims[0]] != 1 or len(s.pairs) != rank - 1:
+        return None
+    axis = s.dims[0]
+    paired = dict(s.pairs)
+    free = [j for j in range(len(s.batch)) if j not in paired.values()]
+    if len(free) > 1:
+        return None
+    return axis, [paired[d] if d != axis else (free[0] if free else None) for d in range(rank)]
+
+
+def _operand_order(b, x: ir.Value, batch: list[int], order: list[int | None]) -> ir.Value:
+    """x (shaped `batch`) with its axes put in operand order: axis d of the result is batch axis order[d]."""
+    if None in order:
+        x = b.op("Unsqueeze", x, b.shape_const([len(batch)]))
+    return transpose_to(b, x, [len(batch) if j is None else j for j in order])
+
+
+# -- gather ---------------------------------------------------------------------------
+@register("stablehlo.gather")
+def gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, indices_are_sorted=False):
+    dn = stablehlo.GatherDimensionNumbers(dimension_numbers)
+    b = ctx.b
+    shape, out_shape = ctx.in_types[0].shape, list(ctx.out_type.shape)
+    if ctx.out_type.size == 0:
+        return b.splat(0, ctx.out_type.dtype, out_shape)
+    rank = len(shape)
+    s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.start_index_map,
+                dn.operand_batching_dims, dn.start_indices_batching_dims)
+    high = [shape[d] - slice_sizes[d] for d in s.dims]
+    if not _known_within(s, high):
+        s.matrix = _clamp(b, s.matrix, high)  # XLA clamps so the slice fits
+    dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
+    target = _labels(len(out_shape), dn.offset_dims, [d for d in range(rank) if d not in dropped])
+    batch_labels = [("b", j) for j in range(len(s.batch))]
+
+    elements = _elements_form(s, rank, slice_sizes)
+    if elements is not None:
+        axis, order = elements
+        idx = _operand_order(b, reshape_to(b, s.matrix, s.batch), s.batch, order)
+        result = b.op("GatherElements", operand, idx, axis=axis)
+        labels = [("o", axis) if j is None else ("b", j) for j in order]
+    elif len(s.dims) == 1 and not s.pairs and slice_sizes[s.dims[0]] == 1:
+        axis = s.dims[0]
+        data = _crop(b, operand, shape, slice_sizes, [d for d in range(rank) if d != axis])
+        result = b.op("Gather", data, reshape_to(b, s.matrix, s.batch), axis=axis)
+        labels = [("o", d) for d in range(axis)] + batch_labels + [("o", d) for d in range(axis + 1, rank)]
+    else:
+        matrix, dims = _with_batching_columns(b, s)
+        rest = [d for d in range(rank) if d not in dims]
+        data = _crop(b, operand, shape, slice_sizes, rest)
+        labels = batch_labels + [("o", d) for d in dims if slice_sizes[d] > 1] + [("o", d) for d in rest]
+        if dims:
+            data = transpose_to(b, data, dims + rest)
+            result = b.op("GatherND", data, _window_offsets(b, matrix, s.batch, [slice_sizes[d] for d in dims]))
+        else:  # no index columns: every result row is the same slice
+            unit = reshape_to(b, data, [1] * len(s.batch) + [slice_sizes[d] for d in rest])
+            result = b.typed("Expand", unit, b.shape_const(s.batch + [slice_sizes[d] for d in rest]),
+                             dtype=ctx.out_type.dtype, cast=(0,))
+    return _arrange(b, result, labels, target, out_shape)
+
+
+# -- scatter --------------------------------------------------------------------------
+_REDUCTIONS = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
+               "stablehlo.minimum": "min", "stablehlo.or": "max", "stablehlo.and": "min"}
+
+
+def _reduction(body, dtype: np.dtype) -> str:
+    """ONNX's `reduction` for a scatter body: "none" when it returns the update, else the combining op."""
+    ops = list(body.operations)
+    if len(ops) == 1 and list(ops[0].operands) == [body.arguments[1]]:
+        return "none"
+    reducer = single_reducer(body)
+    if reducer not in _REDUCTIONS or (reducer in ("stablehlo.or", "stablehlo.and") and not is_bool(dtype)):
+        raise NotImplementedError(f"scatter with body {[op.operation.name for op in ops]}")
+    return _REDUCTIONS[reducer]
+
+
+def _neutral(reduction: str, dtype: np.dtype):
+    """The update that leaves an element unchanged (-0.0 keeps a -0.0 operand for add)."""
+    if reduction == "add":
+        return -0.0 if is_float(dtype) else 0
+    if reduction == "mul":
+        return 1
+    big = np.inf if is_float(dtype) else (True if is_bool(dtype) else np.iinfo(dtype).max)
+    small = -np.inf if is_float(dtype) else (False if is_bool(dtype) else np.iinfo(dtype).min)
+    return small if reduction == "max" else big
+
+
+def _scatter_node(b, op: str, data, idx, updates, dtype: np.dtype, reduction: str, **attrs) -> ir.Value:
+    # The support table keys reductions as "ScatterND:add": ORT lacks some only for some reductions.
+    compute = b.target.compute_dtype(op if reduction == "none" else f"{op}:{reduction}", dtype)
+    out = b.op(op, b.cast(data, compute), idx, b.cast(updates, compute), reduction=reduction, **attrs)
+    out = b.cast(out, dtype)
+    if reduction in ("min", "max") and is_float(dtype):
+        out = _propagate_nan(b, op, data, idx, updates, out, dtype, **attrs)
+    return out
+
+
+def _propagate_nan(b, op: str, data, idx, updates, out, dtype: np.dtype, **attrs) -> ir.Value:
+    """XLA's min/max propagate NaN; ORT's scatter reductions let a later number replace a NaN.
+
+    An element is NaN if it was, or if any NaN update reached it (found by a second, uint8 scatter-max).
+    """
+    nan_updates = b.cast(b.typed("IsNaN", updates, dtype=dtype, result_dtype=np.bool_), np.uint8)
+    zeros = b.op("ConstantOfShape", b.op("Shape", data), value=ir.tensor(np.zeros(1, np.uint8)))
+    hit = b.op(op, zeros, idx, nan_updates, reduction="max", **attrs)
+    poisoned = b.op("Or", b.typed("IsNaN", data, dtype=dtype, result_dtype=np.bool_), b.cast(hit, np.bool_))
+    return b.typed("Where", poisoned, b.const(np.asarray(np.nan, dtype)), out, dtype=dtype, cast=(1, 2))
+
+
+def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dtype: np.dtype,
+                  trash: Sequence[int]):
+    """Neutralizes the updates whose window does not fit (XLA skips them).
+
+    `valid` has the matrix's shape less its last axis, and the updates' less `extra_axes` trailing axes.
+    A reduction gets the neutral update at start 0; "none" is sent to `trash`, a row past the
+    operand's end that the caller pads on and crops off.
+    """
+    if valid is None:
+        return matrix, updates
+    valid_m = b.op("Unsqueeze", valid, b.shape_const([-1]))
+    if reduction == "none":
+        return b.op("Where", valid_m, matrix, b.const(np.asarray(trash, np.int64))), updates
+    valid_u = b.op("Unsqueeze", valid, b.shape_const(list(range(-extra_axes, 0)))) if extra_axes else valid
+    neutral = b.const(np.asarray(_neutral(reduction, dtype), dtype))
+    updates = b.typed("Where", valid_u, updates, neutral, dtype=dtype, cast=(1, 2))
+    return b.op("Where", valid_m, matrix, b.const(np.zeros(1, I64))), updates
+
+
+def _pad_end(b, x: ir.Value, rank: int, axis: int, size: int, dtype: np.dtype) -> ir.Value:
+    pads = [0] * (2 * rank)
+    pads[rank + axis] = size
+    return b.typed("Pad", x, b.shape_const(pads), dtype=dtype, cast=(0,), mode="constant")
+
+
+@register("stablehlo.scatter")
+def scatter(ctx, *args, scatter_dimension_numbers, indices_are_sorted=False, unique_indices=False):
+    # The hints change nothing here: ORT's kernels take no such promise.
+    if len(args) != 3:
+        raise NotImplementedError(f"scatter of {len(args) // 2} operands at once")
+    operand, indices, updates = args
+    dn = stablehlo.ScatterDimensionNumbers(scatter_dimension_numbers)
+    b = ctx.b
+    dtype = ctx.out_type.dtype
+    reduction = _reduction(ctx.hlo_op.regions[0].blocks[0], dtype)
+    shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[2].shape
+    rank = len(shape)
+    no_window = set(dn.inserted_window_dims) | set(dn.input_batching_dims)
+    window_dims = [d for d in range(rank) if d not in no_window]
+    window = [1] * rank
+    for d, axis in zip(window_dims, dn.update_window_dims):
+        window[d] = upd_shape[axis]
+    if ctx.in_types[2].size == 0 or ctx.out_type.size == 0 or any(w > n for w, n in zip(window, shape)):
+        return b.op("Identity", operand)  # no update window fits anywhere
+    s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.scattered_dims_to_operand_dims,
+                dn.input_batching_dims, dn.scatter_indices_batching_dims)
+    valid = _fits(b, s, [shape[d] - window[d] for d in s.dims])
+    labels = _labels(len(upd_shape), dn.update_window_dims, window_dims)
+
+    elements = _elements_form(s, rank, window)
+    if elements is not None:
+        axis, order = elements
+        updates = _arrange(b, updates, labels, [("b", j) for j in range(len(s.batch))], s.batch)
+        matrix, updates = _skip_invalid(b, s.matrix, updates, valid, 0, reduction, dtype, [shape[axis]])
+        idx = _operand_order(b, reshape_to(b, matrix, s.batch), s.batch, order)
+        updates = _operand_order(b, updates, s.batch, order)
+        padded = valid is not None and reduction == "none"
+        data = _pad_end(b, operand, rank, axis, 1, dtype) if padded else operand
+        result = _scatter_node(b, "ScatterElements", data, idx, updates, dtype, reduction, axis=axis)
+        return _crop(b, result, [n + (d == axis) for d, n in enumerate(shape)], shape, [axis]) if padded else result
+
+    matrix, dims = _with_batching_columns(b, s)
+    # Dims the windows cover only in part are indexed too, from 0.
+    partial = [d for d in range(rank) if d not in dims and window[d] < shape[d]]
+    if partial:
+        zeros = b.splat(0, I64, s.batch + [len(partial)])
+        matrix = b.op("Concat", matrix, zeros, axis=-1)
+    dims = dims + partial
+    if not dims:
+        raise NotImplementedError("scatter without index columns")
+    rest = [d for d in range(rank) if d not in dims]
+    target = ([("b", j) for j in range(len(s.batch))] + [("o", d) for d in dims if window[d] > 1]
+              + [("o", d) for d in rest])
+    out_shape = s.batch + [window[d] for d in dims if window[d] > 1] + [shape[d] for d in rest]
+    updates = _arrange(b, updates, labels, target, out_shape)
+    trash = [shape[dims[0]]] + [0] * (len(dims) - 1)
+    extra = len(out_shape) - len(s.batch)
+    matrix, updates = _skip_invalid(b, matrix, updates, valid, extra, reduction, dtype, trash)
+    idx = _window_offsets(b, matrix, s.batch, [window[d] for d in dims])
+    data = transpose_to(b, operand, dims + rest)
+    padded = valid is not None and reduction == "none"
+    if padded:
+        data = _pad_end(b, data, rank, 0, window[dims[0]], dtype)
+    result = _scatter_node(b, "ScatterND", data, idx, updates, dtype, reduction)
+    if padded:
+        result = _crop(b, result, [shape[dims[0]] + window[dims[0]]], [shape[dims[0]]], [0])
+    return transpose_to(b, result, np.argsort(dims + rest).tolist())
+
+
+# -- dynamic slices -------------------------------------------------------------------
+def _start_vector(b, starts: Sequence[ir.Value], high: Sequence[int]) -> ir.Value:
+    column = [reshape_to(b, b.cast(x, I64), [1]) for x in starts]
+    return _clamp(b, column[0] if len(column) == 1 else b.op("Concat", *column, axis=0), high)
+
+
+@register("stablehlo.dynamic_slice")
+def dynamic_slice(ctx, x, *starts, slice_sizes):
+    b = ctx.b
+    shape = ctx.in_types[0].shape
+    if ctx.out_type.size == 0:
+        return b.splat(0, ctx.out_type.dtype, ctx.out_type.shape)
+    axes = [d for d in range(len(shape)) if slice_sizes[d] < shape[d]]
+    if not axes:
+        return b.op("Identity", x)  # every start clamps to 0
+    begin = _start_vector(b, [starts[d] for d in axes], [shape[d] - slice_sizes[d] for d in axes])
+    end = b.op("Add", begin, b.shape_const([slice_sizes[d] for d in axes]))
+    return b.op("Slice", x, begin, end, b.shape_const(axes))
+
+
+@register("stablehlo.dynamic_update_slice")
+def dynamic_update_slice(ctx, x, update, *starts):
+    b = ctx.b
+    shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[1].shape
+    if ctx.in_types[1].size == 0:
+        return b.op("Identity", x)
+    dims = [d for d in range(len(shape)) if upd_shape[d] < shape[d]]
+    if not dims:
+        return b.op("Identity", update)  # every start clamps to 0
+    rest = [d for d in range(len(shape)) if d not in dims]
+    begin = _start_vector(b, [starts[d] for d in dims], [shape[d] - upd_shape[d] for d in dims])
+    idx = _window_offsets(b, begin, [], [upd_shape[d] for d in dims])
+    perm = dims + rest
+    wide = [upd_shape[d] for d in dims if upd_shape[d] > 1] + [shape[d] for d in rest]
+    updates = reshape_to(b, transpose_to(b, update, perm), wide)
+    result = b.op("ScatterND", transpose_to(b, x, perm), idx, updates)
+    return transpose_to(b, result, np.argsort(perm).tolist())
