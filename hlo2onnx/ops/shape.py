@@ -55,7 +55,7 @@ def slice_(ctx, x, *, start_indices, limit_indices, strides):
     if not axes:
         return b.op("Identity", x)
     pick = lambda seq: b.shape_const([seq[i] for i in axes])  # noqa: E731
-    return b.op("Slice", x, pick(start_indices), pick(limit_indices), pick(axes), pick(strides))
+    return b.op("Slice", x, pick(start_indices), pick(limit_indices), b.shape_const(axes), pick(strides))
 
 
 @register("stablehlo.concatenate")
