@@ -30,7 +30,7 @@ from hlo2onnx.builder import Builder
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register
 from hlo2onnx.translator import Translator, set_type
-from hlo2onnx.types import TensorType
+from hlo2onnx.types import TensorType, tensor_type
 
 _INT64_MIN = np.iinfo(np.int64).min
 _SCALAR_I64 = TensorType((), np.dtype(np.int64))
@@ -110,7 +110,9 @@ def _step_out(value: mlir.Value, frames: Frames, translator: Translator):
 
 
 def _int_constant(value: mlir.Value) -> int | None:
-    if not isinstance(value, mlir.OpResult) or _name(value.owner) != "stablehlo.constant":
+    """The value of an integer scalar constant (never reads a large constant's data)."""
+    if (not isinstance(value, mlir.OpResult) or _name(value.owner) != "stablehlo.constant"
+            or tensor_type(value.type).shape != ()):
         return None
     array = np.array(value.owner.attributes["value"])
     if array.size != 1 or array.dtype.kind not in "iu":
@@ -212,6 +214,7 @@ class _Scan:
 class _Plan:
     invariant: set[int] = field(default_factory=set)
     trip: int | None = None  # static trip count, when a counter against a constant bounds the loop
+    count: Affine | None = None  # else the trip count max(0, count) over the carried values' initial values
     scans: dict[int, _Scan] = field(default_factory=dict)  # carried index -> the stacking write
 
 
@@ -219,29 +222,36 @@ def _plan(op: mlir.Operation, translator: Translator) -> _Plan:
     cond, body = (r.blocks[0] for r in op.regions)
     yields = list(list(body.operations)[-1].operands)
     plan = _Plan(invariant={k for k, v in enumerate(yields) if v == body.arguments[k]})
-    # Counters: start at a constant, +1 per iteration.
+    # Counters: +1 per iteration. `starts` holds those that start at a constant.
     reader = _Reader(body, translator)
-    starts = {}
-    for k, (init, out) in enumerate(zip(op.operands, yields)):
-        start = _int_constant(init)
-        if start is not None and reader.affine(out) == ({k: 1}, 1):
-            starts[k] = start
+    counters = {k for k, out in enumerate(yields) if reader.affine(out) == ({k: 1}, 1)}
+    starts = {k: _int_constant(op.operands[k]) for k in counters}
+    starts = {k: v for k, v in starts.items() if v is not None}
     compare = _step_out(list(cond.operations)[-1].operands[0], (), translator)[0]
-    if not starts or not isinstance(compare, mlir.OpResult) or _name(compare.owner) != "stablehlo.compare":
+    if not counters or not isinstance(compare, mlir.OpResult) or _name(compare.owner) != "stablehlo.compare":
         return plan
     compare = compare.owner
     if _direction(compare) != "LT":
         return plan
     lhs, rhs = (_Reader(cond, translator).affine(x) for x in compare.operands)
-    if lhs is None or rhs is None or rhs[0] or len(lhs[0]) != 1:
+    if lhs is None or rhs is None or len(lhs[0]) != 1:
         return plan
     (k, coef), = lhs[0].items()
-    if coef != 1 or k not in starts:
+    # counter + c0 < bound + c1 with a loop-invariant bound: the loop runs max(0, bound + c1 - c0 - start) times.
+    if coef != 1 or k not in counters or not set(rhs[0]) <= plan.invariant:
         return plan
-    plan.trip = max(0, rhs[1] - lhs[1] - starts[k])
+    count = ({**rhs[0], k: -1}, rhs[1] - lhs[1])
+    if any(tensor_type(op.operands[j].type).dtype == np.uint64 for j in count[0]):
+        return plan  # the count is computed in int64
+    if k in starts:
+        count = ({j: c for j, c in count[0].items() if j != k}, count[1] - starts[k])
+    if count[0]:  # traced bounds (fori_loop(lo, n)): the count is computed once, before the loop
+        plan.count = count
+        return plan
+    plan.trip = max(0, count[1])
     reader.ranges = {k: (s, s + plan.trip - 1) for k, s in starts.items()}
     for j, out in enumerate(yields):
-        if j not in plan.invariant and j not in starts:
+        if j not in plan.invariant and j not in counters:
             scan = _stacking_write(op, reader, j, out, starts, plan.trip)
             if scan is not None:
                 plan.scans[j] = scan
@@ -325,11 +335,18 @@ def while_(ctx, *inits):
     carried_in = {k: _graph_input(ctx.in_types[k]) for k in carried}
     # A scan buffer's block argument only feeds its overridden write: the outer value stands in.
     yields = tr.emit_block(body, [carried_in.get(k, inits[k]) for k in range(n)], sb, _overrides(plan, tr))
-    if plan.trip is None:
+    # With a trip count the cond input stays true, and passing it on costs no node.
+    cond_out, cond_init = cond_in, None
+    if plan.trip is not None:
+        trip = b.const(np.int64(plan.trip))
+    elif plan.count is not None:
+        trip = b.const(np.int64(plan.count[1]))
+        for j, coef in plan.count[0].items():
+            trip = b.op("Add" if coef > 0 else "Sub", trip, _scaled(b, b.cast(inits[j], np.int64), abs(coef)))
+        trip = b.op("Max", trip, b.const(np.int64(0)))
+    else:
         cond_out = tr.emit_block(cond, [yields[k] if k in carried_in else inits[k] for k in range(n)], sb)[0]
         trip, cond_init = None, tr.emit_block(cond, list(inits), b)[0]
-    else:  # a static trip count: the cond input stays true, and passing it on costs no node
-        cond_out, trip, cond_init = cond_in, b.const(np.int64(plan.trip)), None
     scans = list(plan.scans)
     row_types = [TensorType(ctx.out_types[k].shape[1:], ctx.out_types[k].dtype) for k in scans]
     _hoist_invariants(sb, b, [iteration, cond_in, *carried_in.values()])
@@ -347,6 +364,10 @@ def while_(ctx, *inits):
             results[k] = b.op("Slice", results[k], b.shape_const([-1]), b.shape_const([_INT64_MIN]),
                               b.shape_const([0]), b.shape_const([-1]))
     return results
+
+
+def _scaled(b: Builder, x: ir.Value, factor: int) -> ir.Value:
+    return x if factor == 1 else b.op("Mul", x, b.const(np.int64(factor)))
 
 
 def _branch(ctx, block: mlir.Block, name: str) -> ir.Graph:
