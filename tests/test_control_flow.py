@@ -279,3 +279,25 @@ def test_handwritten_stablehlo(name, text, reference, args) -> None:
     feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), args)}
     (actual,) = session.run(None, feeds)
     np.testing.assert_allclose(actual, np.asarray(jax.jit(reference)(*args)), rtol=2e-6, atol=2e-6)
+
+
+def _loop_signature(fun, *args) -> list[tuple[bool, bool, int, int]]:
+    """(has trip count, has initial cond, carried, scan outputs) of every Loop in the model."""
+    model = mnjit(fun).lower(*args).onnx_model
+    return [(bool(loop.input[0]), bool(loop.input[1]), len(loop.input) - 2, len(loop.output) - len(loop.input) + 2)
+            for loop in _loops(model.graph)]
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("scan_reverse", [(True, False, 2, 1)]),  # counter and carry; ys leave as a scan output
+    ("fori_traced_f32", [(True, False, 2, 0)]),  # trip count n - 0 computed before the loop, no cond
+    ("fori_traced_bounds", [(True, False, 2, 0)]),
+    ("while_data_dependent_f32", [(False, True, 2, 0)]),  # a real condition: evaluated every iteration
+    ("fori_partial_rows", [(True, False, 3, 0)]),  # 3 of 5 rows written: the buffer stays carried
+    ("fori_read_and_write", [(True, False, 3, 0)]),  # the body reads the buffer: stays carried
+    ("fori_all_rows_reversed", [(True, False, 2, 1)]),  # user-written row stores, negative-index wrap included
+    ("scan_nested", [(True, False, 2, 2), (True, False, 2, 1)]),
+])
+def test_loop_structure(name: str, expected) -> None:
+    case = next(c for c in CASES if c.name == name)
+    assert _loop_signature(case.fun, *case.args) == expected

@@ -1,12 +1,14 @@
 """stablehlo.while -> Loop, stablehlo.case / stablehlo.if -> If.
 
 A while loop becomes one ONNX Loop whose body also evaluates the cond region
-on the new carried values. Three rewrites keep the loop lean:
+on the new carried values. These rewrites keep the loop lean:
 
 * carried values the body passes through unchanged are not carried: the body
   reads the outer value (ONNX subgraphs see their enclosing scopes);
-* a counter that starts at a constant, steps by one and is compared against a
-  constant gives the Loop a static trip count (no cond evaluation per step);
+* a counter that steps by one and is compared against a loop-invariant bound
+  gives the Loop its trip count (static, or computed once before the loop for
+  fori_loop's traced bounds), so the cond is not evaluated per step;
+* body nodes that read only outer values are hoisted out of the loop;
 * the buffers lax.scan stacks its outputs into (a dynamic_update_slice at row
   `counter` or `length - 1 - counter` of a buffer nothing else reads, every row
   written once) become Loop scan outputs: the body yields one row and ONNX
@@ -35,6 +37,9 @@ from hlo2onnx.types import TensorType, tensor_type
 _INT64_MIN = np.iinfo(np.int64).min
 _SCALAR_I64 = TensorType((), np.dtype(np.int64))
 _SCALAR_BOOL = TensorType((), np.dtype(np.bool_))
+# Ops that draw a new value per run: never hoisted out of a loop.
+_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                     "Bernoulli"})
 
 # A position in the inlined program: a value and the func.call ops (outermost first) it sits inside.
 Frames = tuple  # tuple[mlir.Operation, ...]
@@ -78,7 +83,7 @@ def _hoist_invariants(sb: Builder, b: Builder, body_inputs: Sequence[ir.Value]) 
     for node in list(sb.graph):
         # A nested Loop/If may read this body's values from its own subgraph: it stays.
         nested = any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
-        if nested or node.op_type.startswith("Random") or any(v in local for v in node.inputs if v is not None):
+        if nested or node.op_type in _RANDOM or any(v in local for v in node.inputs if v is not None):
             local.update(node.outputs)
         else:  # names from the body's namer would clash in the outer graph
             sb.graph.remove(node)
@@ -112,7 +117,7 @@ def _step_out(value: mlir.Value, frames: Frames, translator: Translator):
 def _int_constant(value: mlir.Value) -> int | None:
     """The value of an integer scalar constant (never reads a large constant's data)."""
     if (not isinstance(value, mlir.OpResult) or _name(value.owner) != "stablehlo.constant"
-            or tensor_type(value.type).shape != ()):
+            or mlir.RankedTensorType(value.type).shape):
         return None
     array = np.array(value.owner.attributes["value"])
     if array.size != 1 or array.dtype.kind not in "iu":
@@ -130,6 +135,8 @@ class _Reader:
 
     def affine(self, value: mlir.Value, frames: Frames = ()) -> Affine | None:
         value, frames = _step_out(value, frames, self.translator)
+        if not _is_int(value):
+            return None
         if isinstance(value, mlir.BlockArgument):
             return ({value.arg_number: 1}, 0) if not frames and value.owner == self.block else None
         constant = _int_constant(value)
@@ -169,6 +176,10 @@ class _Reader:
                 return -np.inf
             low += min(c * v for v in self.ranges[k])
         return low
+
+
+def _is_int(value: mlir.Value) -> bool:
+    return isinstance(mlir.RankedTensorType(value.type).element_type, mlir.IntegerType)
 
 
 def _direction(compare: mlir.Operation) -> str:
