@@ -148,6 +148,7 @@ CASES = [
     Case("scan_const_ys", lambda c, xs: lax.scan(lambda c, x: (c + x, jnp.float32(1)), c, xs), (x3, xs53)),
     Case("scan_ys_is_carry", lambda c, xs: lax.scan(lambda c, x: (c + x, c), c, xs), (x3, xs53)),
     Case("scan_rank3", lambda c, xs: lax.scan(lambda c, x: (c + x.sum(0), x * c), c, xs), (x3, xs6_23)),
+    Case("scan_empty", lambda c, xs: lax.scan(lambda c, x: (c + x, c * x), c, xs), (x3, xs53[:0])),
     Case("scan_length1", lambda c, xs: lax.scan(lambda c, x: (c + x, c * x), c, xs), (x3, xs53[:1])),
     Case("scan_unroll2", lambda c, xs: lax.scan(lambda c, x: (c * 0.9 + x, c), c, xs, unroll=2), (x3, xs53)),
     Case("scan_int_ys", lambda c, xs: lax.scan(lambda c, x: (c + x, c * x), c, xs),
