@@ -90,6 +90,10 @@ class Builder:
 
     # -- subgraphs -------------------------------------------------------------
     def subgraph(self, name: str) -> "Builder":
-        """A builder for a Loop/If body; its constants go to the root graph."""
-        graph = ir.Graph([], [], nodes=[], name=name)
+        """A builder for a Loop/If body; its constants go to the root graph.
+
+        The graph's name is unique in the model, so its values can be named after it.
+        """
+        self._root._counter += 1
+        graph = ir.Graph([], [], nodes=[], name=f"{name}_{self._root._counter}")
         return Builder(graph, self.target, root=self._root)

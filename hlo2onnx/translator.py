@@ -6,8 +6,9 @@ translation time: the MLIR `inline` pass leaves JAX's private functions alone.
 from __future__ import annotations
 
 import re
+from collections import ChainMap
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -21,6 +22,8 @@ from hlo2onnx.support import Target
 from hlo2onnx.types import TensorType, UnsupportedTypeError, onnx_dtype, tensor_type
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
+# Replaces one op's rule inside one emit_block call: (builder, inputs) -> outputs. Keyed by the op's first result.
+Override = Callable[[Builder, list[ir.Value]], list[ir.Value]]
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]']*$")
 IR_VERSION = 10
 
@@ -60,6 +63,8 @@ class Translator:
             if op.operation.name == "func.func"
         }
         self.op_counts: dict[str, int] = {}
+        # Values of the enclosing blocks: case/if regions read them directly (they are not isolated from above).
+        self._env: Mapping[mlir.Value, ir.Value] = {}
 
     # -- entry -------------------------------------------------------------------
     def translate(self, name: str = "main", graph_name: str = "main") -> ir.Model:
@@ -93,17 +98,26 @@ class Translator:
         return outputs
 
     # -- walking -----------------------------------------------------------------
-    def emit_block(self, block: mlir.Block, args: Sequence[ir.Value], b: Builder) -> list[ir.Value]:
-        """Emits every op of `block`; returns the values its terminator yields."""
-        env: dict[mlir.Value, ir.Value] = dict(zip(block.arguments, args))
-        for op in block.operations:
-            name = op.operation.name
-            if name in _TERMINATORS:
-                return [env[v] for v in op.operands]
-            inputs = [env[v] for v in op.operands]
-            outputs = self.emit_op(op, name, inputs, b)
-            for result, value in zip(op.results, outputs):
-                env[result] = value
+    def emit_block(self, block: mlir.Block, args: Sequence[ir.Value], b: Builder,
+                   overrides: Mapping[mlir.Value, Override] | None = None) -> list[ir.Value]:
+        """Emits every op of `block`; returns the values its terminator yields.
+
+        `overrides` replaces the rule of the ops whose first result it names (loop rewrites use it).
+        """
+        env = ChainMap(dict(zip(block.arguments, args)), self._env)
+        outer, self._env = self._env, env
+        try:
+            for op in block.operations:
+                name = op.operation.name
+                if name in _TERMINATORS:
+                    return [env[v] for v in op.operands]
+                inputs = [env[v] for v in op.operands]
+                override = overrides.get(op.results[0]) if overrides and len(op.results) else None
+                outputs = override(b, inputs) if override else self.emit_op(op, name, inputs, b)
+                for result, value in zip(op.results, outputs):
+                    env[result] = value
+        finally:
+            self._env = outer
         raise Hlo2OnnxError("block without terminator")
 
     def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
