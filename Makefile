@@ -23,6 +23,8 @@ test: install
 
 samples: install
 	$(PY) samples/mnist_train.py --epochs 10 --check
+	$(PY) samples/jaxmd_minimize.py --check
+	$(PY) samples/jaxcfd_channel_flow.py --check
 
 bench: install
 	$(PY) benchmarks/bench_mnist.py
