@@ -27,6 +27,7 @@ _ML_DTYPES = {
     np.dtype(ml_dtypes.float8_e4m3fn): (np.uint8, 17),
     np.dtype(ml_dtypes.float8_e5m2): (np.uint8, 19),
 }
+_NO_DLPACK = frozenset({_BOOL, *_ML_DTYPES})
 
 
 def session_options() -> ort.SessionOptions:
@@ -64,13 +65,15 @@ class OrtRunner:
         return self.to_jax(fetches)
 
     def feeds(self, leaves: Sequence):
-        """ORT inputs for `leaves`, viewing their buffers (no copies for jax arrays and matching numpy arrays)."""
+        """ORT inputs for `leaves`: DLPack views of jax arrays, numpy views of the rest (no copies)."""
         feeds = _C.OrtValueVector()
         keep_alive = []  # ortvalue_from_numpy does not own its buffer
         for leaf, dtype in zip(leaves, self.in_dtypes):
-            # On CPU, numpy's view of a jax array is zero-copy and measured ~2 us cheaper
-            # than __dlpack__; it also carries bool, which DLPack into ORT rejects.
-            # np.asarray canonicalizes numpy leaves' dtypes as jax would (int64 -> int32 without x64).
+            if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype and dtype not in _NO_DLPACK:
+                feeds.push_back(leaf.__dlpack__(), False)
+                continue
+            # Bool does not cross DLPack into ORT, nor do ml_dtypes; numpy leaves may need
+            # jax's dtype canonicalization (int64 -> int32 without x64). A view, not a copy, when dtypes agree.
             array = np.asarray(leaf, dtype=dtype)
             keep_alive.append(array)
             if dtype in _ML_DTYPES:  # ORT's numpy bridge knows no ml_dtypes: pass the bits and the ONNX type
