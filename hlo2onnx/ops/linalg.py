@@ -78,6 +78,11 @@ def _reversed(b: Builder, x: ir.Value, axes: Sequence[int]) -> ir.Value:
                 b.shape_const(list(axes)), b.shape_const([-1] * count))
 
 
+def _set_column(b: Builder, x: ir.Value, k1: ir.Value, column: ir.Value, batch: int, m: int) -> ir.Value:
+    """x[:, :, k] = column (B, m, 1): a scatter, cheaper than a full-size Where."""
+    return b.op("ScatterElements", x, b.op("Expand", k1, b.shape_const([batch, m, 1])), column, axis=2)
+
+
 def _diagonal(b: Builder, x: ir.Value, m: int, n: int, dtype: np.dtype) -> ir.Value:
     """(B, m, n) -> (B, min(m, n)); exact: every other entry of a row is replaced by zero."""
     on_diag = b.op("Equal", _iota(b, m, (m, 1)), _iota(b, n, (1, n)))
@@ -186,18 +191,23 @@ def getrf(ctx, a):
         k1 = _step(sb, k)
         column = sb.op("Abs", sb.op("Gather", lu, k1, axis=2))
         pivot_row = sb.op("ArgMax", sb.op("Where", sb.op("Less", row, k), minus_one, column), axis=1, keepdims=1)
+        # Swap rows k and p: a scatter of two rows (a full-size Where costs several times more).
         row_k = sb.op("Gather", lu, k1, axis=1)
         row_p = sb.op("GatherElements", lu, sb.op("Expand", pivot_row, sb.shape_const([batch, 1, n])), axis=1)
-        lu = sb.op("Where", sb.op("Equal", row, k), row_p,
-                   sb.op("Where", sb.op("Equal", row3, pivot_row), row_k, lu))
+        rows_kp = sb.op("Concat", sb.op("Expand", k1, sb.shape_const([batch, 1, n])),
+                        sb.op("Expand", pivot_row, sb.shape_const([batch, 1, n])), axis=1)
+        lu = sb.op("ScatterElements", lu, rows_kp, sb.op("Concat", row_p, row_k, axis=1), axis=1)
         pivot = sb.op("Gather", row_p, k1, axis=2)
         # LAPACK scales by the reciprocal; a zero pivot (its column is zero below) scales nothing.
         scale = sb.op("Reciprocal", sb.op("Where", sb.op("Equal", pivot, zero), one, pivot))
-        multipliers = sb.op("Mul", sb.op("Gather", lu, k1, axis=2), scale)
         below = sb.op("Greater", row, k)
-        update = sb.op("Sub", lu, sb.op("Mul", multipliers, row_p))
-        lu = sb.op("Where", sb.op("And", below, sb.op("Greater", col, k)), update,
-                   sb.op("Where", sb.op("And", below, sb.op("Equal", col, k)), multipliers, lu))
+        column = sb.op("Gather", lu, k1, axis=2)
+        multipliers = sb.op("Where", below, sb.op("Mul", column, scale), zero)
+        # The rank-1 update, with zeros outside rows > k and columns > k: subtracting 0 leaves entries as they are.
+        u = sb.op("Where", sb.op("Greater", col, k), row_p, zero)
+        lu = sb.op("Sub", lu, sb.op("Mul", multipliers, u))
+        column = sb.op("Where", below, multipliers, column)
+        lu = _set_column(sb, lu, k1, column, batch, m)
         return [lu], [reshape_to(sb, pivot_row, [batch])]
 
     lu, pivots = _loop(b, "getrf", steps, [_flat(b, a, ctx.in_types[0], 2, dtype)], [full], body,
@@ -229,15 +239,15 @@ def _cholesky(ctx, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.Value]:
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
         w, = carried
         k1 = _step(sb, k)
-        left = sb.op("Less", col, k)
-        done = sb.op("Where", left, w, zero)  # the columns of L already computed
-        # v = A[:, k] - L[:, :k] L[k, :k]^T; its entry k is the pivot's square.
-        v = sb.op("Sub", sb.op("Gather", w, k1, axis=2),
-                  sb.op("MatMul", done, _transposed(sb, sb.op("Gather", done, k1, axis=1))))
+        # v = A[:, k] - L[:, :k] L[k, :k]^T; its entry k is the pivot's square. Only L's row k is masked: the
+        # columns from k on hold finite entries of A, which the zeros of that row cancel exactly.
+        row_k = sb.op("Where", sb.op("Less", col, k), sb.op("Gather", w, k1, axis=1), zero)
+        column = sb.op("Gather", w, k1, axis=2)
+        v = sb.op("Sub", column, sb.op("MatMul", w, _transposed(sb, row_k)))
         square = sb.op("Gather", v, k1, axis=1)
         root = sb.op("Sqrt", square)
         new = sb.op("Where", sb.op("Equal", row, k), root, sb.op("Mul", v, sb.op("Reciprocal", root)))
-        w = sb.op("Where", sb.op("And", sb.op("GreaterOrEqual", row, k), sb.op("Equal", col, k)), new, w)
+        w = _set_column(sb, w, k1, sb.op("Where", sb.op("Less", row, k), column, new), batch, n)
         return [w], [reshape_to(sb, square, [batch])]
 
     w, squares = _loop(b, "potrf", n, [x], [TensorType((batch, n, n), dtype)], body,
@@ -284,11 +294,12 @@ def geqrf(ctx, a):
         tau = sb.op("Where", identity, zero, sb.op("Div", sb.op("Sub", beta, alpha), beta))
         scale = sb.op("Reciprocal", sb.op("Where", identity, one, sb.op("Sub", alpha, beta)))
         v = sb.op("Where", at, one, sb.op("Mul", tail, scale))
-        # H = I - tau v v^T on the columns right of k (LAPACK's larf: w = C^T v, C += v (-tau w)).
-        w = sb.op("MatMul", _transposed(sb, v), qr)
-        update = sb.op("Add", qr, sb.op("Mul", v, sb.op("Mul", sb.op("Neg", tau), w)))
+        # H = I - tau v v^T on the columns right of k (LAPACK's larf: w = C^T v, C += v (-tau w)); v is zero above
+        # row k and the update zero in columns up to k, so adding it leaves those entries as they are.
+        w = sb.op("Where", sb.op("Greater", col, k), sb.op("MatMul", _transposed(sb, v), qr), zero)
+        qr = sb.op("Add", qr, sb.op("Mul", v, sb.op("Mul", sb.op("Neg", tau), w)))
         new_column = sb.op("Where", at, sb.op("Where", identity, alpha, beta), sb.op("Where", below, v, column))
-        qr = sb.op("Where", sb.op("Greater", col, k), update, sb.op("Where", sb.op("Equal", col, k), new_column, qr))
+        qr = _set_column(sb, qr, k1, new_column, batch, m)
         return [qr], [reshape_to(sb, tau, [batch])]
 
     qr, taus = _loop(b, "geqrf", min(m, n), [_flat(b, a, ctx.in_types[0], 2, dtype)],
