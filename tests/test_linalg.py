@@ -215,3 +215,10 @@ def test_unknown_custom_call_has_a_hint():
     }"""
     with pytest.raises(UnsupportedOpError, match="@my_kernel has no ONNX translation; run that part with jax.jit"):
         hlo2onnx.convert(text.encode())
+
+
+def test_symbolic_batch_is_refused():
+    """The Loops are built for static shapes: a symbolic batch is refused by name, never baked in as -1."""
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("b, 3, 3"), np.float32)
+    with pytest.raises(UnsupportedOpError, match="lapack_sgetrf_ffi: dynamic dimensions are not supported"):
+        hlo2onnx.convert(export.export(jax.jit(jnp.linalg.inv))(spec), dynamic=True)

@@ -182,7 +182,7 @@ def getrf(ctx, a):
     dtype = _compute_dtype(t_lu.dtype)
     *_, m, n = t_lu.shape
     batch, steps = prod(t_lu.shape[:-2]), min(m, n)
-    row, col, row3 = _iota(b, m, (m, 1)), _iota(b, n, (1, n)), _iota(b, m, (1, m, 1))
+    row, col = _iota(b, m, (m, 1)), _iota(b, n, (1, n))
     zero, one, minus_one = (b.const(np.asarray(v, dtype)) for v in (0, 1, -1))
     full = TensorType((batch, m, n), dtype)
 
