@@ -3,9 +3,10 @@ stablehlo.triangular_solve / stablehlo.cholesky.
 
 ONNX has no factorization ops, so each routine is its unblocked LAPACK
 algorithm as one ONNX Loop over the columns. The body works on whole
-(batch, rows, cols) tensors and picks the entries a step changes with
-masks (`Where`), so every batch element advances in the same iteration and
-a matrix never leaves the tensor form. The algorithms follow LAPACK's
+(batch, rows, cols) tensors, so every batch element advances in the same
+iteration: rank-1 updates are masked on their small factors (adding an exact
+zero leaves an entry as it is) and rows or columns are written back with
+ScatterElements, as full-size `Where`s cost several times more in ORT. The algorithms follow LAPACK's
 conventions, since JAX reads their packed outputs: 1-based pivot rows,
 Householder vectors with an implicit unit head and tau = (beta - alpha) / beta,
 `info` > 0 naming the first failed step (JAX turns those results into NaN).
@@ -52,11 +53,13 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
 def _flat(b: Builder, x: ir.Value, ttype: TensorType, core: int, dtype: np.dtype) -> ir.Value:
     """(batch..., *core dims) -> (B, *core dims) in the compute dtype."""
     shape = ttype.shape
-    return b.cast(reshape_to(b, x, [prod(shape[:len(shape) - core]), *shape[len(shape) - core:]]), dtype)
+    return reshape_to(b, b.cast(x, dtype), [prod(shape[:len(shape) - core]), *shape[len(shape) - core:]])
 
 
 def _unflat(b: Builder, x: ir.Value, ttype: TensorType) -> ir.Value:
-    return b.cast(reshape_to(b, x, list(ttype.shape)), ttype.dtype)
+    """The inverse of _flat, for a result of type `ttype`."""
+    x = reshape_to(b, x, list(ttype.shape))
+    return x if _compute_dtype(ttype.dtype) == ttype.dtype else b.cast(x, ttype.dtype)
 
 
 def _iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
@@ -156,7 +159,7 @@ def _forward_substitution(b: Builder, a: ir.Value, rhs: ir.Value, batch: int, n:
                    sb.op("MatMul", sb.op("Gather", strict, k1, axis=1), x))
         if diagonal is not None:
             xk = sb.op("Div", xk, sb.op("Gather", diagonal, k1, axis=1))
-        return [sb.op("Where", sb.op("Equal", row, k), xk, x)], []
+        return [sb.op("ScatterElements", x, sb.op("Expand", k1, sb.shape_const([batch, 1, r])), xk, axis=1)], []
 
     return _loop(b, "trsm", n, [b.splat(0, dtype, (batch, n, r))], [ttype], body)[0]
 
