@@ -13,6 +13,13 @@ import onnx_ir as ir
 
 Rule = Callable[..., "ir.Value | Sequence[ir.Value]"]
 RULES: dict[str, Rule] = {}
+# stablehlo.custom_call dispatches on its call_target_name through this second
+# table: `rule(ctx, *inputs, **backend_config)`, with the entries of the op's
+# `mhlo.backend_config` dictionary decoded like attributes (LAPACK's uplo,
+# side, ... arrive as the ints of their character codes).
+CUSTOM_CALLS: dict[str, Rule] = {}
+# Custom call targets whose rules are correct on dynamic dims.
+CUSTOM_DYNAMIC_OK: set[str] = set()
 # Ops whose rules read no static dim (or handle dynamic dims themselves). The
 # translator rejects any other op that sees a dynamic dim, rather than let a
 # rule bake a -1 into a shape constant.
@@ -25,6 +32,20 @@ def register(*op_names: str) -> Callable[[Rule], Rule]:
             if name in RULES:
                 raise ValueError(f"two rules for {name}")
             RULES[name] = rule
+        return rule
+
+    return wrap
+
+
+def register_custom_call(*targets: str, dynamic: bool = False) -> Callable[[Rule], Rule]:
+    """Adds a rule for the custom calls named `targets` (see CUSTOM_CALLS)."""
+    def wrap(rule: Rule) -> Rule:
+        for name in targets:
+            if name in CUSTOM_CALLS:
+                raise ValueError(f"two rules for custom call @{name}")
+            CUSTOM_CALLS[name] = rule
+            if dynamic:
+                CUSTOM_DYNAMIC_OK.add(name)
         return rule
 
     return wrap

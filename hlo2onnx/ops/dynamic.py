@@ -1,4 +1,4 @@
-"""Symbolic dims (jax.export shape polymorphism) and custom calls.
+"""Symbolic dims (jax.export shape polymorphism) and jax.export's shape assertions.
 
 Dynamic dims reach ONNX as dim_params; sizes known only at run time come
 from `get_dimension_size` and travel as shape tensors. Only the ops listed in
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from hlo2onnx.ops.shape import transpose_to, unsqueeze_missing
-from hlo2onnx.registry import allow_dynamic, register
+from hlo2onnx.registry import allow_dynamic, register, register_custom_call
 
 _ELEMENTWISE = (
     "add subtract multiply divide remainder power maximum minimum negate abs sign exponential log sqrt rsqrt "
@@ -40,10 +40,10 @@ def dynamic_reshape(ctx, x, output_shape):
     return ctx.b.op("Reshape", x, ctx.b.cast(output_shape, np.int64), allowzero=1)
 
 
-@register("stablehlo.custom_call")
-def custom_call(ctx, *inputs, call_target_name: str, **_attrs):
+@register_custom_call("shape_assertion", dynamic=True)
+def shape_assertion(ctx, *_inputs):
     # jax.export's shape assertions guard the symbolic dims when XLA runs the
     # module; ONNX Runtime checks input ranks and static dims itself.
-    if call_target_name == "shape_assertion" and not ctx.out_types:
-        return []
-    raise NotImplementedError(f"custom call @{call_target_name} has no ONNX translation")
+    if ctx.out_types:
+        raise NotImplementedError("custom call @shape_assertion with results")
+    return []

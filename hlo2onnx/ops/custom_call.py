@@ -1,0 +1,61 @@
+"""stablehlo.custom_call: one rule that dispatches on the call target's name.
+
+The targets' rules live with their families (`register_custom_call`): LAPACK
+in linalg.py, jax.export's shape assertions in dynamic.py. A target without a
+rule is refused with a hint at what emitted it and how to work around it.
+"""
+from __future__ import annotations
+
+import re
+
+from jax.extend.mlir import ir as mlir
+
+from hlo2onnx import attrs as attr_codec
+from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
+
+_LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
+# LAPACK routines without a translation -> the JAX functions that emit them on CPU.
+_LAPACK_USERS = {
+    "syevd": "jnp.linalg.eigh / eigvalsh", "heevd": "jnp.linalg.eigh / eigvalsh",
+    "gesdd": "jnp.linalg.svd (and pinv, lstsq, matrix_rank, norm(ord=2), cond)",
+    "gesvd": "jnp.linalg.svd", "geev": "jnp.linalg.eig / eigvals", "gees": "jax.scipy.linalg.schur",
+    "gehrd": "jax.scipy.linalg.hessenberg", "sytrd": "jax.lax.linalg.tridiagonal",
+    "hetrd": "jax.lax.linalg.tridiagonal", "geqp3": "jax.scipy.linalg.qr(pivoting=True)",
+}
+_OUTSIDE = "run that part with jax.jit outside the converted function and pass its result in"
+
+
+def hint(target: str) -> str:
+    """What to do about a custom call without a translation."""
+    match = _LAPACK.match(target)
+    if match is None:
+        return f"{_OUTSIDE}, or write it with jax.numpy ops"
+    kind, routine, _ = match.groups()
+    if kind in "cz":
+        return f"complex LAPACK routines are not translated; {_OUTSIDE}"
+    users = _LAPACK_USERS.get(routine)
+    return f"it implements {users}; {_OUTSIDE}" if users else _OUTSIDE
+
+
+def backend_config(op: mlir.Operation) -> dict:
+    """The call's configuration dictionary (api_version 4 puts it in `backend_config`, JAX's FFI lowering in
+    `mhlo.backend_config`), decoded like attributes."""
+    attributes = op.attributes
+    config = attributes["backend_config"] if "backend_config" in attributes else None
+    if not isinstance(config, mlir.DictAttr):
+        config = attributes["mhlo.backend_config"] if "mhlo.backend_config" in attributes else None
+    if not isinstance(config, mlir.DictAttr):
+        return {}
+    return {entry.name: attr_codec.decode(entry.name, entry.attr) for entry in (config[i] for i in range(len(config)))}
+
+
+@register("stablehlo.custom_call")
+def custom_call(ctx, *inputs, call_target_name: str, **_attrs):
+    rule = CUSTOM_CALLS.get(call_target_name)
+    if rule is None:
+        raise NotImplementedError(f"custom call @{call_target_name} has no ONNX translation; "
+                                  f"{hint(call_target_name)}")
+    if call_target_name not in CUSTOM_DYNAMIC_OK and any(
+            d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
+        raise NotImplementedError(f"custom call @{call_target_name}: dynamic dimensions are not supported")
+    return rule(ctx, *inputs, **backend_config(ctx.hlo_op))

@@ -1,0 +1,224 @@
+"""Linear algebra: jnp.linalg / jax.scipy.linalg (LAPACK custom calls on CPU), stablehlo.triangular_solve and
+stablehlo.cholesky, each compared with jax.jit. Inputs are well conditioned: factorizations in f32 agree with
+LAPACK's blocked algorithms to about 1e-5 relative, not to the last bit."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import onnxruntime as ort
+import pytest
+from jax import export, lax
+
+import hlo2onnx
+from harness import Case, assert_same, check_model, rand, run_case
+from hlo2onnx import UnsupportedOpError
+from mnjit import mnjit
+
+F32_TOL = (1e-4, 1e-5)
+F64_TOL = (1e-10, 1e-12)
+
+
+def general(shape, seed=0, dtype=np.float32):
+    """Random and diagonally weighted: well conditioned, and partial pivoting still swaps rows."""
+    a = rand(shape, np.float64, seed)
+    n = min(shape[-2:])
+    a[..., :n, :n] += 2 * np.eye(n)
+    return a.astype(dtype)
+
+
+def spd(shape, seed=0, dtype=np.float32):
+    a = rand(shape, np.float64, seed)
+    return (a @ np.swapaxes(a, -1, -2) / shape[-1] + np.eye(shape[-1])).astype(dtype)
+
+
+def triangular(shape, lower, seed=0, dtype=np.float32):
+    """A triangle with a dominant diagonal; the other triangle holds garbage the solve must not read."""
+    a = rand(shape, np.float64, seed, low=-1, high=1)
+    n = shape[-1]
+    a += np.diag(np.where(np.arange(n) % 2, 1.0, -1.0) * (n + 1))
+    garbage = rand(shape, np.float64, seed + 7, low=-100, high=100)
+    keep = np.tril(np.ones((n, n), bool)) if lower else np.triu(np.ones((n, n), bool))
+    return np.where(keep, a, garbage).astype(dtype)
+
+
+def tridiagonal(batch, n, seed=0, dtype=np.float32, pivots=False):
+    dl, d, du = (rand((*batch, n), np.float64, seed + i) for i in range(3))
+    # Dominant diagonals never swap rows; small ones make gtsv swap most of them.
+    d = d * 0.1 if pivots else d + np.sign(d) * 4
+    return [v.astype(dtype) for v in (dl, d, du)] + [rand((*batch, n, 3), dtype, seed + 3)]
+
+
+def lu_solve(a, b, trans=0):
+    return jsl.lu_solve(jsl.lu_factor(a), b, trans=trans)
+
+
+def cho_solve(a, b, lower=True):
+    return jsl.cho_solve(jsl.cho_factor(a, lower=lower), b)
+
+
+def _f32(name, fun, *args, tol=F32_TOL):
+    return Case(f"{name}_f32", fun, args, tol)
+
+
+def _f64(name, fun, *args, tol=F64_TOL):
+    return Case(f"{name}_f64", fun, [np.asarray(a, np.float64) for a in args], tol, x64=True)
+
+
+A5, B5, B53 = general((5, 5)), rand((5,), seed=1), rand((5, 3), seed=2)
+A_BATCH, B_BATCH = general((2, 3, 4, 4), seed=3), rand((2, 3, 4, 2), seed=4)
+S5, S_BATCH = spd((5, 5)), spd((3, 6, 6), seed=5)
+L5, U5 = triangular((5, 5), True), triangular((5, 5), False, seed=1)
+SINGULAR = np.array([[1, 2, 3], [2, 4, 6], [1, 0, 1]], np.float32)  # an exact zero pivot
+
+CASES = [
+    # solve / inv / det: getrf + trsm
+    _f32("solve_vec", jnp.linalg.solve, A5, B5),
+    _f32("solve_mat", jnp.linalg.solve, A5, B53),
+    _f32("solve_batched", jnp.linalg.solve, A_BATCH, B_BATCH),
+    _f32("solve_big", jnp.linalg.solve, general((40, 40), seed=9), rand((40, 2), seed=10), tol=(1e-3, 1e-4)),
+    _f32("inv", jnp.linalg.inv, A5),
+    _f32("inv_batched", jnp.linalg.inv, A_BATCH),
+    _f32("det", jnp.linalg.det, A5),
+    _f32("det_batched", jnp.linalg.det, A_BATCH),
+    _f32("det_singular", jnp.linalg.det, SINGULAR),
+    _f32("slogdet", lambda a: tuple(jnp.linalg.slogdet(a)), A5),
+    _f32("slogdet_batched", lambda a: tuple(jnp.linalg.slogdet(a)), A_BATCH),
+    _f32("slogdet_singular", lambda a: tuple(jnp.linalg.slogdet(a)), SINGULAR),
+    _f64("solve_batched", jnp.linalg.solve, A_BATCH, B_BATCH),
+    _f64("inv", jnp.linalg.inv, A5),
+    _f64("det", jnp.linalg.det, A5),
+    # LU: getrf alone (pivots, permutation)
+    _f32("lu", jsl.lu, A5),
+    _f32("lu_tall", jsl.lu, general((6, 4), seed=6)),
+    _f32("lu_wide", jsl.lu, general((3, 5), seed=7)),
+    _f32("lu_batched", lambda a: tuple(lax.linalg.lu(a)), A_BATCH),
+    _f32("lu_factor", jsl.lu_factor, A5),
+    _f32("lu_factor_singular", jsl.lu_factor, SINGULAR),
+    _f32("lu_solve", lu_solve, A5, B53),
+    _f32("lu_solve_trans", lambda a, b: lu_solve(a, b, trans=1), A5, B53),
+    _f64("lu", jsl.lu, A5),
+    _f64("lu_solve_trans", lambda a, b: lu_solve(a, b, trans=2), A5, B53),
+    # Cholesky: potrf
+    _f32("cholesky", jnp.linalg.cholesky, S5),
+    _f32("cholesky_batched", jnp.linalg.cholesky, S_BATCH),
+    _f32("cholesky_upper", lambda a: jsl.cholesky(a, lower=False), S5),
+    _f32("cholesky_not_pd", jnp.linalg.cholesky, A5 - 3 * np.eye(5, dtype=np.float32)),  # NaN, as jit gives
+    _f32("cho_solve", cho_solve, S5, B53),
+    _f32("cho_solve_upper", lambda a, b: cho_solve(a, b, lower=False), S5, B53),
+    _f64("cholesky_batched", jnp.linalg.cholesky, S_BATCH),
+    _f64("cho_solve", cho_solve, S5, B53),
+    # triangular solves: trsm, every side / triangle / transpose / diagonal
+    *[_f32(f"solve_triangular_{'lower' if lower else 'upper'}_t{trans}{'_unit' if unit else ''}",
+           lambda a, b, lower=lower, trans=trans, unit=unit: jsl.solve_triangular(
+               a, b, lower=lower, trans=trans, unit_diagonal=unit), L5 if lower else U5, B53)
+      for lower in (True, False) for trans in (0, 1) for unit in (False, True)],
+    _f32("solve_triangular_vec", lambda a, b: jsl.solve_triangular(a, b, lower=True), L5, B5),
+    _f32("solve_triangular_batched", lambda a, b: jsl.solve_triangular(a, b, lower=False),
+         triangular((2, 3, 4, 4), False, seed=2), B_BATCH),
+    *[_f32(f"triangular_solve_right_{'lower' if lower else 'upper'}_t{int(trans)}",
+           lambda a, b, lower=lower, trans=trans: lax.linalg.triangular_solve(
+               a, b, left_side=False, lower=lower, transpose_a=trans), L5 if lower else U5, B53.T)
+      for lower in (True, False) for trans in (False, True)],
+    _f64("solve_triangular_upper_t1", lambda a, b: jsl.solve_triangular(a, b, lower=False, trans=1), U5, B53),
+    # float16 has no LAPACK kernel: JAX emits stablehlo.triangular_solve
+    Case("triangular_solve_f16", lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True),
+         (L5.astype(np.float16), B53.astype(np.float16)), tol=(2e-3, 2e-3)),
+    Case("triangular_solve_f16_right_upper",
+         lambda a, b: lax.linalg.triangular_solve(a, b, left_side=False, lower=False, transpose_a=True),
+         (U5.astype(np.float16), B53.T.astype(np.float16)), tol=(2e-3, 2e-3)),
+    # QR: geqrf + orgqr
+    *[_f32(f"qr_{mode}_{name}", lambda a, mode=mode: jnp.linalg.qr(a, mode=mode), a)
+      for mode in ("reduced", "complete", "r")
+      for name, a in {"square": A5, "tall": rand((6, 4), seed=11), "wide": rand((3, 5), seed=12)}.items()],
+    _f32("qr_batched", lambda a: tuple(jnp.linalg.qr(a)), rand((2, 3, 5, 4), seed=13)),
+    _f32("householder_product", lambda a, t: lax.linalg.householder_product(a, t), rand((5, 3), seed=14),
+         rand((2,), seed=15, low=0, high=2)),
+    _f64("qr_complete_tall", lambda a: tuple(jnp.linalg.qr(a, mode="complete")), rand((6, 4), seed=11)),
+    _f64("qr_batched", lambda a: tuple(jnp.linalg.qr(a)), rand((3, 4, 4), seed=13)),
+    # tridiagonal solve: gtsv
+    _f32("tridiagonal_solve", lax.linalg.tridiagonal_solve, *tridiagonal((), 6)),
+    _f32("tridiagonal_solve_pivoting", lax.linalg.tridiagonal_solve, *tridiagonal((), 7, seed=1, pivots=True),
+         tol=(1e-3, 1e-4)),
+    _f32("tridiagonal_solve_batched", lax.linalg.tridiagonal_solve, *tridiagonal((2, 3), 5, seed=2, pivots=True),
+         tol=(1e-3, 1e-4)),
+    _f32("tridiagonal_solve_n1", lax.linalg.tridiagonal_solve, *tridiagonal((2,), 1, seed=3)),
+    _f32("tridiagonal_solve_singular", lax.linalg.tridiagonal_solve,
+         np.zeros(4, np.float32), np.array([1, 0, 1, 1], np.float32), np.array([1, 0, 1, 0], np.float32),
+         np.ones((4, 1), np.float32)),
+    _f64("tridiagonal_solve_pivoting", lax.linalg.tridiagonal_solve, *tridiagonal((2,), 6, seed=4, pivots=True)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_linalg(case):
+    run_case(case)
+
+
+# -- stablehlo.cholesky / stablehlo.triangular_solve: what JAX emits for TPU -----------------------------
+def run_exported_for_tpu(fun, *args, tol):
+    """Converts `fun` exported for TPU (which lowers to the StableHLO ops, not to LAPACK) and runs it on
+    ONNX Runtime; the expected values come from jax.jit on CPU."""
+    conversion = hlo2onnx.convert(export.export(jax.jit(fun), platforms=["tpu"])(*args))
+    proto = conversion.to_proto()
+    check_model(proto)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {i.name: a for i, a in zip(session.get_inputs(), args)})
+    expected = jax.jit(fun)(*args)
+    assert_same([jnp.asarray(a) for a in actual], [expected], tol)
+    return conversion.op_counts
+
+
+TPU_CASES = {
+    "cholesky": (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), (S5,), "stablehlo.cholesky"),
+    "cholesky_batched": (lambda a: lax.linalg.cholesky(a, symmetrize_input=False), (S_BATCH,),
+                         "stablehlo.cholesky"),
+    "triangular_solve_left_lower": (lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True),
+                                    (L5, B53), "stablehlo.triangular_solve"),
+    "triangular_solve_right_upper_t": (lambda a, b: lax.linalg.triangular_solve(
+        a, b, left_side=False, lower=False, transpose_a=True, unit_diagonal=True), (U5, B53.T),
+        "stablehlo.triangular_solve"),
+}
+
+
+@pytest.mark.parametrize("name", list(TPU_CASES))
+def test_stablehlo_linalg_ops(name):
+    fun, args, op = TPU_CASES[name]
+    counts = run_exported_for_tpu(fun, *args, tol=F32_TOL)
+    assert counts.get(op, 0) >= 1, counts
+
+
+# -- what is refused, and how --------------------------------------------------------------------------------
+@pytest.mark.parametrize("fun, target, users", [
+    (lambda a: jnp.linalg.eigh(a), "lapack_ssyevd_ffi", "jnp.linalg.eigh"),
+    (lambda a: jnp.linalg.svd(a), "lapack_sgesdd_ffi", "jnp.linalg.svd"),
+    (lambda a: jnp.linalg.eigvals(a), "lapack_sgeev_ffi", "jnp.linalg.eig"),
+], ids=["eigh", "svd", "eigvals"])
+def test_unsupported_decomposition_names_the_call(fun, target, users):
+    with pytest.raises(UnsupportedOpError, match=f"custom call @{target} has no ONNX translation") as info:
+        mnjit(fun)(S5)
+    message = str(info.value)
+    assert users in message and "jax.jit outside the converted function" in message
+
+
+def test_complex_lapack_is_refused():
+    a = (A5 + 1j * A5).astype(np.complex64)
+    with pytest.raises(UnsupportedOpError, match="lapack_cgetrf_ffi.*complex LAPACK routines are not translated"):
+        mnjit(jnp.linalg.inv)(a)
+
+
+def test_unknown_custom_call_has_a_hint():
+    text = """func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = stablehlo.custom_call @my_kernel(%a) : (tensor<2xf32>) -> tensor<2xf32>
+      return %0 : tensor<2xf32>
+    }"""
+    with pytest.raises(UnsupportedOpError, match="@my_kernel has no ONNX translation; run that part with jax.jit"):
+        hlo2onnx.convert(text.encode())
+
+
+def test_symbolic_batch_is_refused():
+    """The Loops are built for static shapes: a symbolic batch is refused by name, never baked in as -1."""
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("b, 3, 3"), np.float32)
+    with pytest.raises(UnsupportedOpError, match="lapack_sgetrf_ffi: dynamic dimensions are not supported"):
+        hlo2onnx.convert(export.export(jax.jit(jnp.linalg.inv))(spec), dynamic=True)
