@@ -127,8 +127,8 @@ class Softplus(Fusion):
         u = op.Exp(op.Neg(op.Abs(x)))
         v = op.Add(u, one1)
         log_v = op.Log(v)
-        log1p = op.Where(op.Equal(v, one2), u,
-                         op.Where(op.IsInf(v), log_v, op.Div(op.Mul(log_v, u), op.Sub(v, one3))))
+        log1p = op.Where(op.Not(op.Equal(v, one2)),
+                         op.Where(op.IsInf(v), log_v, op.Mul(log_v, op.Div(u, op.Sub(v, one3)))), u)
         return op.Where(op.Not(op.Equal(x, x)), x, op.Add(op.Max(x, zero), log1p))
 
     def check(self, context, x, zero, one1, one2, one3, **_) -> MatchResult:
