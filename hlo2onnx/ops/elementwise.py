@@ -83,6 +83,11 @@ def rsqrt(ctx, x):
     return ctx.b.typed("Reciprocal", ctx.b.typed("Sqrt", x, dtype=dtype), dtype=dtype)
 
 
+# _PASS_THROUGH: rules that return x itself for some inputs (±0, NaN) put x in Where's *second*
+# branch, selected by a condition that is no Not: ORT's Where turns a -0 taken from its first
+# branch into +0, and ORT rewrites Where(Not(c), a, b) into Where(c, b, a).
+
+
 @register("stablehlo.sign")
 def sign(ctx, x):
     dtype = ctx.out_type.dtype
@@ -90,8 +95,9 @@ def sign(ctx, x):
     if not is_float(dtype):
         return result
     # ORT's Sign gives +0 for -0 and NaN; XLA returns x itself for both. x goes in Where's second
-    # branch: ORT's Where turns a -0 taken from the first one into +0.
-    nonzero = ctx.b.op("Not", ctx.b.typed("Equal", result, ctx.b.const(0, dtype), dtype=dtype, result_dtype=bool))
+    # branch (see _PASS_THROUGH).
+    nonzero = ctx.b.typed("Greater", ctx.b.typed("Abs", result, dtype=dtype), ctx.b.const(0, dtype), dtype=dtype,
+                          result_dtype=bool)
     return ctx.b.typed("Where", nonzero, result, x, dtype=dtype, cast=(1, 2))
 
 
@@ -102,11 +108,10 @@ def _cbrt(b, dtype, x):
     root = t("Pow", magnitude, b.const(1 / 3, dtype))
     step = t("Div", t("Sub", root, t("Div", magnitude, t("Mul", root, root))), b.const(3, dtype))
     signed = t("Mul", t("Sign", x), t("Sub", root, step))
-    # ±0 and ±inf are their own roots (0/0 and inf/inf would make them NaN). x sits in Where's
-    # second branch: ORT's Where turns a -0 taken from the first one into +0.
-    inexact = b.op("Not", b.op("Or", t("Equal", magnitude, b.const(0, dtype), result_dtype=bool),
-                               t("IsInf", magnitude, result_dtype=bool)))
-    return t("Where", inexact, signed, x, cast=(1, 2))
+    # ±0 and ±inf are their own roots (0/0 and inf/inf would make them NaN); see _PASS_THROUGH.
+    finite_nonzero = b.op("And", t("Greater", magnitude, b.const(0, dtype), result_dtype=bool),
+                          t("Less", magnitude, b.const(np.inf, dtype), result_dtype=bool))
+    return t("Where", finite_nonzero, signed, x, cast=(1, 2))
 
 
 @register("stablehlo.cbrt")
@@ -126,11 +131,10 @@ def _expm1(b, dtype, x):
     u = t("Exp", x)
     um1 = t("Sub", u, one)
     scaled = t("Div", t("Mul", um1, x), t("Log", u))
-    near_zero = t("Equal", u, one, result_dtype=bool)
     # For large x, log(u) is inf and the formula gives nan; u - 1 is exact enough there.
     big = t("Greater", t("Abs", x), b.const(0.5, dtype), result_dtype=bool)
-    # x in the second branch keeps -0 (see _cbrt).
-    return t("Where", b.op("Not", near_zero), t("Where", big, um1, scaled, cast=(1, 2)), x, cast=(1, 2))
+    moved = t("Greater", t("Abs", um1), b.const(0, dtype), result_dtype=bool)  # u != 1; see _PASS_THROUGH
+    return t("Where", moved, t("Where", big, um1, scaled, cast=(1, 2)), x, cast=(1, 2))
 
 
 @register("stablehlo.log_plus_one")
@@ -144,11 +148,11 @@ def log1p(ctx, x):
     one = b.const(1, dtype)
     u = t("Add", x, one)
     log_u = t("Log", u)
-    corrected = t("Mul", log_u, t("Div", x, t("Sub", u, one)))
-    exact = t("Equal", u, one, result_dtype=bool)
+    um1 = t("Sub", u, one)
+    corrected = t("Mul", log_u, t("Div", x, um1))
+    moved = t("Greater", t("Abs", um1), b.const(0, dtype), result_dtype=bool)  # u != 1; see _PASS_THROUGH
     infinite = t("IsInf", u, result_dtype=bool)
-    # x in the second branch keeps -0 (see _cbrt).
-    return t("Where", b.op("Not", exact), t("Where", infinite, log_u, corrected, cast=(1, 2)), x, cast=(1, 2))
+    return t("Where", moved, t("Where", infinite, log_u, corrected, cast=(1, 2)), x, cast=(1, 2))
 
 
 @register("stablehlo.round_nearest_afz")
@@ -159,9 +163,12 @@ def round_half_away(ctx, x):
     floor = t("Floor", magnitude)
     # magnitude - floor is exact, so the tie test is exact too.
     up = t("GreaterOrEqual", t("Sub", magnitude, floor), b.const(0.5, dtype), result_dtype=bool)
-    rounded = t("Mul", t("Sign", x), t("Add", floor, b.cast(up, dtype)))
-    # Sign(-0) is 0, so -0 would come out +0: return x itself for ±0 (in Where's second branch, see _cbrt).
-    return t("Where", b.op("Not", t("Equal", x, b.const(0, dtype), result_dtype=bool)), rounded, x, cast=(1, 2))
+    rounded = t("Add", floor, b.cast(up, dtype))
+    # The sign by a multiply by ±1 (Sign(-0) is 0; Where loses -0, see _PASS_THROUGH); 1/-0 is -inf.
+    zero = b.const(0, dtype)
+    negative = b.op("Or", t("Less", x, zero, result_dtype=bool),
+                    t("Less", t("Div", b.const(1, dtype), x), zero, result_dtype=bool))
+    return t("Mul", rounded, t("Where", negative, b.const(-1, dtype), b.const(1, dtype), cast=(1, 2)))
 
 
 @register("stablehlo.is_finite")

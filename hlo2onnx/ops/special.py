@@ -117,9 +117,10 @@ def atan2(ctx, y, x):
     return in_compute_dtype(ctx.b, dtype, _atan2, y, x)
 
 
-# fdlibm's pi/2 in three 33-bit parts: k * part is exact for |k| < 2^20, so x - k pi/2 loses
-# nothing to cancellation when x is near a multiple of pi/2.
-_PIO2_PARTS = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
+# fdlibm's pi/2 in three 33-bit parts (k * part is exact for |k| < 2^20, so x - k pi/2 loses nothing
+# to cancellation when x is near a multiple of pi/2), then the tail, whose product need not be exact.
+_PIO2_PARTS = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624871116645580e-21,
+               8.47842766036889956997e-32)
 _REDUCE_BELOW = 1e6  # < 2^20 pi/2; ORT's own reduction beyond (within 3 ulp there, measured)
 
 
@@ -129,18 +130,21 @@ def _quadrant_sin_cos(b: Builder, x: ir.Value, dtype: np.dtype):
     ORT's f64 Sin/Cos reduce the argument with too few bits of pi: near a zero (x close to k pi)
     their relative error reaches 1e-12 (1e-10 for tan near pi/2); on |r| <= pi/4 they are within 2 ulp.
     """
-    k = b.op("Round", b.op("Mul", x, b.const(2 / np.pi, dtype)))
+    # Far arguments go to Sin/Cos whole, as quadrant 0.
+    far = b.op("GreaterOrEqual", b.op("Abs", x), b.const(_REDUCE_BELOW, dtype))
+    k = b.op("Where", far, b.const(0, dtype), b.op("Round", b.op("Mul", x, b.const(2 / np.pi, dtype))))
     r = x
     for part in _PIO2_PARTS:
         r = b.op("Sub", r, b.op("Mul", k, b.const(part, dtype)))
-    near = b.op("Less", b.op("Abs", x), b.const(_REDUCE_BELOW, dtype))
-    zero = b.const(0, dtype)
-    r = b.op("Where", near, r, x)
-    k = b.op("Where", near, k, zero)  # far arguments go to Sin/Cos whole, as quadrant 0
+    # Quadrant 0 takes x itself: -0 - (±0 * part) may be +0. x is Where's second branch: ORT's
+    # Where turns a -0 from its first branch into +0.
+    r = b.op("Where", b.op("Greater", b.op("Abs", k), b.const(0, dtype)), r, x)
+    # The low two bits of k, as masks; no Not: ORT rewrites Where(Not(c), a, b) to Where(c, b, a).
     half = b.op("Floor", b.op("Mul", k, b.const(0.5, dtype)))
-    odd = b.op("Not", b.op("Equal", b.op("Mul", half, b.const(2, dtype)), k))
-    upper = b.op("Not", b.op("Equal", b.op("Mul", b.op("Floor", b.op("Mul", half, b.const(0.5, dtype))),
-                                             b.const(2, dtype)), half))
+    quarter = b.op("Floor", b.op("Mul", half, b.const(0.5, dtype)))
+    two, one_half = b.const(2, dtype), b.const(0.5, dtype)
+    odd = b.op("Greater", b.op("Sub", k, b.op("Mul", half, two)), one_half)
+    upper = b.op("Greater", b.op("Sub", half, b.op("Mul", quarter, two)), one_half)
     return b.op("Sin", r), b.op("Cos", r), odd, upper
 
 
