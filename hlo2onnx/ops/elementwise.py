@@ -7,6 +7,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.ops.sort import total_order_compare
+from hlo2onnx.ops.special import in_compute_dtype
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, is_unsigned
 
@@ -18,9 +19,9 @@ def _same(onnx_op: str, ctx, *xs: ir.Value) -> ir.Value:
 
 for _hlo, _onnx in {
     "add": "Add", "subtract": "Sub", "multiply": "Mul", "power": "Pow",
-    "maximum": "Max", "minimum": "Min", "negate": "Neg", "abs": "Abs", "sign": "Sign",
-    "exponential": "Exp", "log": "Log", "sqrt": "Sqrt", "tanh": "Tanh", "sine": "Sin", "cosine": "Cos",
-    "tan": "Tan", "floor": "Floor", "ceil": "Ceil", "round_nearest_even": "Round", "logistic": "Sigmoid",
+    "maximum": "Max", "minimum": "Min", "negate": "Neg", "abs": "Abs",
+    "exponential": "Exp", "log": "Log", "sqrt": "Sqrt", "tanh": "Tanh",
+    "floor": "Floor", "ceil": "Ceil", "round_nearest_even": "Round", "logistic": "Sigmoid",
 }.items():
     register(f"stablehlo.{_hlo}")(partial(_same, _onnx))
 
@@ -82,40 +83,76 @@ def rsqrt(ctx, x):
     return ctx.b.typed("Reciprocal", ctx.b.typed("Sqrt", x, dtype=dtype), dtype=dtype)
 
 
+# _PASS_THROUGH: rules that return x itself for some inputs (±0, NaN) put x in Where's *second*
+# branch, selected by a condition that is no Not: ORT's Where turns a -0 taken from its first
+# branch into +0, and ORT rewrites Where(Not(c), a, b) into Where(c, b, a).
+
+
+@register("stablehlo.sign")
+def sign(ctx, x):
+    dtype = ctx.out_type.dtype
+    result = ctx.b.typed("Sign", x, dtype=dtype)
+    if not is_float(dtype):
+        return result
+    # ORT's Sign gives +0 for -0 and NaN; XLA returns x itself for both. x goes in Where's second
+    # branch (see _PASS_THROUGH).
+    nonzero = ctx.b.typed("Greater", ctx.b.typed("Abs", result, dtype=dtype), ctx.b.const(0, dtype), dtype=dtype,
+                          result_dtype=bool)
+    return ctx.b.typed("Where", nonzero, result, x, dtype=dtype, cast=(1, 2))
+
+
+def _cbrt(b, dtype, x):
+    """|x|^(1/3) refined by one Newton step: 1/3 rounded to `dtype` alone costs up to 15 ulp on f32."""
+    t = partial(b.typed, dtype=dtype)
+    magnitude = t("Abs", x)
+    root = t("Pow", magnitude, b.const(1 / 3, dtype))
+    step = t("Div", t("Sub", root, t("Div", magnitude, t("Mul", root, root))), b.const(3, dtype))
+    signed = t("Mul", t("Sign", x), t("Sub", root, step))
+    # ±0 and ±inf are their own roots (0/0 and inf/inf would make them NaN); see _PASS_THROUGH.
+    finite_nonzero = b.op("And", t("Greater", magnitude, b.const(0, dtype), result_dtype=bool),
+                          t("Less", magnitude, b.const(np.inf, dtype), result_dtype=bool))
+    return t("Where", finite_nonzero, signed, x, cast=(1, 2))
+
+
 @register("stablehlo.cbrt")
 def cbrt(ctx, x):
-    b, dtype = ctx.b, ctx.out_type.dtype
-    magnitude = b.typed("Pow", b.typed("Abs", x, dtype=dtype), b.const(1 / 3, dtype), dtype=dtype)
-    return b.typed("Mul", b.typed("Sign", x, dtype=dtype), magnitude, dtype=dtype)
+    return in_compute_dtype(ctx.b, ctx.out_type.dtype, _cbrt, x)
 
 
 @register("stablehlo.exponential_minus_one")
 def expm1(ctx, x):
+    return in_compute_dtype(ctx.b, ctx.out_type.dtype, _expm1, x)
+
+
+def _expm1(b, dtype, x):
     """Kahan's accurate expm1: (u - 1) * x / log(u) with u = exp(x), exact near 0."""
-    b, dtype = ctx.b, ctx.out_type.dtype
     t = partial(b.typed, dtype=dtype)
     one = b.const(1, dtype)
     u = t("Exp", x)
     um1 = t("Sub", u, one)
     scaled = t("Div", t("Mul", um1, x), t("Log", u))
-    near_zero = t("Equal", u, one, result_dtype=bool)
     # For large x, log(u) is inf and the formula gives nan; u - 1 is exact enough there.
     big = t("Greater", t("Abs", x), b.const(0.5, dtype), result_dtype=bool)
-    return t("Where", near_zero, x, t("Where", big, um1, scaled, cast=(1, 2)), cast=(1, 2))
+    moved = t("Greater", t("Abs", um1), b.const(0, dtype), result_dtype=bool)  # u != 1; see _PASS_THROUGH
+    return t("Where", moved, t("Where", big, um1, scaled, cast=(1, 2)), x, cast=(1, 2))
 
 
 @register("stablehlo.log_plus_one")
 def log1p(ctx, x):
-    """Goldberg's accurate log1p: log(u) * x / (u - 1) with u = 1 + x."""
+    """Goldberg's accurate log1p: log(u) * (x / (u - 1)) with u = 1 + x.
+
+    x / (u - 1) first: log(u) * x overflows for x near the dtype's max.
+    """
     b, dtype = ctx.b, ctx.out_type.dtype
     t = partial(b.typed, dtype=dtype)
     one = b.const(1, dtype)
     u = t("Add", x, one)
     log_u = t("Log", u)
-    corrected = t("Div", t("Mul", log_u, x), t("Sub", u, one))
-    exact = t("Equal", u, one, result_dtype=bool)
+    um1 = t("Sub", u, one)
+    corrected = t("Mul", log_u, t("Div", x, um1))
+    moved = t("Greater", t("Abs", um1), b.const(0, dtype), result_dtype=bool)  # u != 1; see _PASS_THROUGH
     infinite = t("IsInf", u, result_dtype=bool)
-    return t("Where", exact, x, t("Where", infinite, log_u, corrected, cast=(1, 2)), cast=(1, 2))
+    return t("Where", moved, t("Where", infinite, log_u, corrected, cast=(1, 2)), x, cast=(1, 2))
 
 
 @register("stablehlo.round_nearest_afz")
@@ -127,7 +164,11 @@ def round_half_away(ctx, x):
     # magnitude - floor is exact, so the tie test is exact too.
     up = t("GreaterOrEqual", t("Sub", magnitude, floor), b.const(0.5, dtype), result_dtype=bool)
     rounded = t("Add", floor, b.cast(up, dtype))
-    return t("Mul", t("Sign", x), rounded)
+    # The sign by a multiply by ±1 (Sign(-0) is 0; Where loses -0, see _PASS_THROUGH); 1/-0 is -inf.
+    zero = b.const(0, dtype)
+    negative = b.op("Or", t("Less", x, zero, result_dtype=bool),
+                    t("Less", t("Div", b.const(1, dtype), x), zero, result_dtype=bool))
+    return t("Mul", rounded, t("Where", negative, b.const(-1, dtype), b.const(1, dtype), cast=(1, 2)))
 
 
 @register("stablehlo.is_finite")

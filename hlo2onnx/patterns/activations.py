@@ -123,17 +123,17 @@ class Softplus(Fusion):
 
     op_type = "Softplus"
 
-    def pattern(self, op, x, zero, one1, one2, one3):
+    def pattern(self, op, x, zero, zero2, one1, one3):
         u = op.Exp(op.Neg(op.Abs(x)))
         v = op.Add(u, one1)
         log_v = op.Log(v)
-        log1p = op.Where(op.Equal(v, one2), u,
-                         op.Where(op.IsInf(v), log_v, op.Div(op.Mul(log_v, u), op.Sub(v, one3))))
+        vm1 = op.Sub(v, one3)
+        log1p = op.Where(op.Greater(op.Abs(vm1), zero2), op.Where(op.IsInf(v), log_v, op.Mul(log_v, op.Div(u, vm1))), u)
         return op.Where(op.Not(op.Equal(x, x)), x, op.Add(op.Max(x, zero), log1p))
 
-    def check(self, context, x, zero, one1, one2, one3, **_) -> MatchResult:
+    def check(self, context, x, zero, zero2, one1, one3, **_) -> MatchResult:
         result = self.available(x)
-        return _constants(result, zero=(zero, 0), one1=(one1, 1), one2=(one2, 1), one3=(one3, 1)) \
+        return _constants(result, zero=(zero, 0), zero2=(zero2, 0), one1=(one1, 1), one3=(one3, 1)) \
             if result else result
 
     def rewrite(self, op, x, **_):
