@@ -113,3 +113,13 @@ def test_loop_body_is_cleaned():
     run_case(Case("loop_clean", fun, (x64_,)))
     ops = all_ops(fun, x64_)
     assert ops["Loop"] == 1 and not ops["Expand"] and not ops["Mul"] and ops["Sin"] == 1, dict(ops)
+
+
+def test_short_broadcast_runs_are_widened():
+    """x[:, None] - x[None] on [N, 2] points: the operand broadcast before the short last axis is expanded."""
+    points = rand((300, 2), seed=7)
+    fun = lambda x: jnp.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)  # noqa: E731
+    run_case(Case("pairwise", fun, (points,)))
+    assert all_ops(fun, points)["Expand"] == 1
+    small = rand((20, 2), seed=7)  # below the size where it pays: left to ORT's broadcasting
+    assert all_ops(fun, small)["Expand"] == 0

@@ -56,6 +56,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     report.fusions = dict(engine.apply_rules(model, fusion_rules(model, opset, target)))
     report.rewrites = algebra.simplify(model)
     clean(model)
+    report.rewrites += algebra.widen_broadcasts(model)
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
     common_passes.OutputFixPass()(model)
