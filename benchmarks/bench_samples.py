@@ -120,7 +120,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--fire-calls", type=int, default=20, help="FIRE steps per timed round")
-    parser.add_argument("--cfd-inner", type=int, default=50)
+    parser.add_argument("--cfd-inner", type=int, default=25)
     parser.add_argument("--cfd-outer", type=int, default=12)
     parser.add_argument("--only", choices=("fire", "cfd"))
     parser.add_argument("--profile", type=Path, help="write ORT profiles of mnjit's models into this folder")
