@@ -5,7 +5,8 @@ does the same and says which fusions fired.
 
 The pipeline: shape inference (the checks need static shapes), size-limited
 constant folding, clean-up to one canonical form (cleanup.py), CSE and DCE,
-then each fusion rule in a fixed order, and a last clean-up.
+then each fusion rule in a fixed order, the exact algebraic rewrites that save ONNX Runtime
+passes over large tensors (algebra.py), and a last clean-up.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from hlo2onnx.patterns import engine
+from hlo2onnx.patterns import algebra, engine
 from hlo2onnx.patterns.cleanup import canonicalize, clean
 from hlo2onnx.patterns.fusions import fusion_rules
 from hlo2onnx.support import Target
@@ -26,6 +27,7 @@ class Report:
     """What `optimize` did to one model."""
 
     fusions: dict[str, int] = field(default_factory=dict)  # rule name -> times it fired
+    rewrites: int = 0  # nodes the algebraic rewrites (algebra.py) replaced
     nodes_before: int = 0
     nodes_after: int = 0
     ops_before: dict[str, int] = field(default_factory=dict)
@@ -52,7 +54,9 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     report = Report(nodes_before=sum(ops_before.values()), ops_before=dict(ops_before))
     canonicalize(model)
     report.fusions = dict(engine.apply_rules(model, fusion_rules(model, opset, target)))
+    report.rewrites = algebra.simplify(model)
     clean(model)
+    report.rewrites += algebra.widen_broadcasts(model)
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
     common_passes.OutputFixPass()(model)

@@ -242,16 +242,59 @@ _CLEAN_RULES = [_basic_rules.cast_cast_rule, _basic_rules.reshape_reshape_rule,
 
 
 def clean(model: ir.Model) -> None:
-    """Canonical form: broadcasting instead of Expand, scalars instead of splats, no no-ops, CSE, DCE."""
+    """Canonical form: broadcasting instead of Expand, scalars instead of splats, no no-ops, CSE, DCE.
+
+    Loop and If bodies get the same clean-up (a loop body runs once per iteration, so it matters
+    most there); their new scalars live in the main graph, which every body may read.
+    """
     scalars = ScalarConstants(model.graph)
     for _ in range(4):
-        changed = drop_broadcasts(model.graph, scalars) + simplify(model.graph)
-        changed += sum(engine.apply_rules(model, _CLEAN_RULES).values())
+        changed = sum(engine.apply_rules(model, _CLEAN_RULES).values())
         changed += common_passes.CommonSubexpressionEliminationPass()(model).modified
-        changed += remove_unused(model.graph)
+        for graph in all_graphs(model.graph):
+            changed += drop_broadcasts(graph, scalars) + simplify(graph)
+            if graph is not model.graph:
+                changed += eliminate_common_subexpressions(graph)
+            changed += remove_unused(graph)
         if not changed:
             break
     common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
+
+
+def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
+    """`graph` and every subgraph nested in it (Loop/If/Scan bodies), outer ones first."""
+    found = [graph]
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                found.extend(all_graphs(attr.as_graph()))
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.as_graphs():
+                    found.extend(all_graphs(sub))
+    return found
+
+
+def eliminate_common_subexpressions(graph: ir.Graph) -> int:
+    """Merges nodes that apply the same op to the same inputs (onnx-ir's CSE pass sees the main graph only)."""
+    seen: dict[tuple, ir.Node] = {}
+    count = 0
+    for node in list(graph):
+        if not node.inputs or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                                  for a in node.attributes.values()) or node.op_type in _NO_FOLD:
+            continue
+        attrs = tuple(sorted((name, repr(a.value)) for name, a in node.attributes.items()))
+        key = (node.domain, node.op_type, node.overload, len(node.outputs), tuple(map(id, node.inputs)), attrs)
+        kept = seen.get(key)
+        if kept is None:
+            seen[key] = node
+            continue
+        if any(v.is_graph_output() for v in node.outputs):
+            continue
+        for old, new in zip(node.outputs, kept.outputs):
+            ir.convenience.replace_all_uses_with(old, new)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
 
 
 def remove_unused(graph: ir.Graph) -> int:

@@ -1,0 +1,326 @@
+"""Exact algebraic rewrites that take passes over large tensors out of the graph.
+
+ONNX Runtime runs every elementwise node as its own pass over memory (it fuses
+none, where XLA fuses whole chains), and its Where makes three passes and two
+temporaries. So each node removed from a chain over a large tensor is time won
+back against jax.jit. JAX's autodiff and its `jnp.where`/`nan_to_num`/`remainder`
+helpers leave many such nodes: selects on the same mask nested through arithmetic,
+the two halves of a select's gradient added back together, `x ** 1`.
+
+Every rewrite gives the same values as the original, the sign of a zero aside
+(ORT's own Where already returns +0 for a selected -0; see cleanup's neutral rule).
+They run after the fusions, whose patterns expect the translator's forms.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from hlo2onnx.patterns.cleanup import all_graphs, const_array, remove_unused, static_shape
+
+# Nodes whose output at each position depends only on their inputs at that position
+# (after broadcasting): a value's positions keep their meaning through them.
+ELEMENTWISE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log",
+    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Erf", "Sign", "Floor", "Ceil", "Round", "Relu", "Cast", "Identity",
+    "Not", "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf",
+    "Where", "Softplus", "Atan", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+})
+
+
+# Integer kernels that fail on some inputs: a masked-out position must still be computable.
+_TRAPS = frozenset({"Div", "Mod"})
+
+
+def _scalar(value: ir.Value | None) -> np.ndarray | None:
+    array = const_array(value)
+    return array.reshape(()) if array is not None and array.size == 1 else None
+
+
+def _same(a: ir.Value, b: ir.Value) -> bool:
+    """The same value, or two one-element constants with the same bits and dtype."""
+    if a is b:
+        return True
+    x, y = _scalar(a), _scalar(b)
+    return (x is not None and y is not None and x.dtype == y.dtype and static_shape(a) == static_shape(b)
+            and x.tobytes() == y.tobytes())
+
+
+def _is_zero(value: ir.Value) -> bool:
+    x = _scalar(value)
+    return x is not None and x.dtype.kind in "fiu" and x == 0
+
+
+def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
+    node = value.producer() if value is not None else None
+    return node if node is not None and node.op_type == op_type and node.domain == "" else None
+
+
+def _only_use(value: ir.Value) -> bool:
+    return len(value.uses()) == 1 and not value.is_graph_output()
+
+
+class _Emitter:
+    """Builds the replacement nodes in front of the node being rewritten."""
+
+    def __init__(self, graph: ir.Graph, anchor: ir.Node):
+        self.graph, self.anchor = graph, anchor
+
+    def __call__(self, op_type: str, *inputs: ir.Value, like: ir.Value, attrs: tuple = ()) -> ir.Value:
+        node = ir.Node("", op_type, inputs, [ir.Attr(a.name, a.type, a.value) for a in attrs])
+        self.graph.insert_before(self.anchor, node)
+        out = node.outputs[0]
+        out.type, out.shape = like.type, like.shape
+        return out
+
+    def graph_shape(self, dims: tuple) -> ir.Value:
+        """An int64 shape initializer (Expand's second input) of the graph being rewritten."""
+        root = self.graph
+        array = np.asarray(dims, np.int64)
+        tensor = ir.Tensor(array, name=f"shape_{'x'.join(map(str, dims))}")
+        value = root.initializers.get(tensor.name)
+        if value is None:
+            value = ir.Value(name=tensor.name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.INT64),
+                             const_value=tensor)
+            root.register_initializer(value)
+        return value
+
+    def bool_like(self, op_type: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        shape = np.broadcast_shapes(static_shape(a), static_shape(b))
+        node = ir.Node("", op_type, [a, b])
+        self.graph.insert_before(self.anchor, node)
+        node.outputs[0].type, node.outputs[0].shape = ir.TensorType(ir.DataType.BOOL), ir.Shape(shape)
+        return node.outputs[0]
+
+
+# Each rule: (node, emit) -> the value that replaces the node's output, or None.
+def _pow_one(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """x ** 1 -> x (jax's gradient of x ** 2 is 2 * x ** 1; ORT runs std::pow on it)."""
+    exponent = _scalar(node.inputs[1])
+    return node.inputs[0] if exponent is not None and exponent == 1 else None
+
+
+def _bool_equal(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """b == True -> b, b == False -> not b (jax's `ne(x < 0, divisor < 0)` with a constant divisor)."""
+    for x, c in (node.inputs, node.inputs[::-1]):
+        constant = _scalar(c)
+        if x.dtype == ir.DataType.BOOL and constant is not None and constant.dtype == np.bool_:
+            return x if constant else emit("Not", x, like=node.outputs[0])
+    return None
+
+
+def _not(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """not not x -> x; not (x == x) -> isnan(x), one node instead of two."""
+    inner = node.inputs[0].producer()
+    if inner is None or inner.domain != "":
+        return None
+    if inner.op_type == "Not":
+        return inner.inputs[0]
+    x = inner.inputs[0] if inner.op_type == "Equal" else None
+    if x is not None and inner.inputs[1] is x and x.dtype is not None and x.dtype.is_floating_point():
+        return emit("IsNaN", x, like=node.outputs[0])
+    return None
+
+
+def _and(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """(x < c) and not (x == c) -> x < c: a strict comparison already implies x != c (jnp.remainder's fix-up)."""
+    for strict, other in (node.inputs, node.inputs[::-1]):
+        compare, negated = strict.producer(), _producer(other, "Not")
+        equal = _producer(negated.inputs[0], "Equal") if negated is not None else None
+        if compare is None or compare.domain != "" or compare.op_type not in ("Less", "Greater") or equal is None:
+            continue
+        x, c = compare.inputs
+        if ((equal.inputs[0] is x and _same(equal.inputs[1], c)) or (equal.inputs[1] is x and _same(equal.inputs[0], c))):
+            return strict
+    return None
+
+
+def _where(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """where(m, x, x) -> x; nested selects of one fill value -> one select on the combined mask:
+    where(a, z, where(b, z, x)) -> where(a or b, z, x) and where(a, where(b, x, z), z) -> where(a and b, x, z)
+    (jnp.nan_to_num's gradient nests three)."""
+    m, x, y = node.inputs
+    if x is y:
+        return x
+    for branch, fill, combine in ((y, x, "Or"), (x, y, "And")):
+        inner = _producer(branch, "Where")
+        if inner is None or not _only_use(branch):
+            continue
+        b, ix, iy = inner.inputs
+        if combine == "Or" and _same(ix, fill):
+            return emit("Where", emit.bool_like("Or", m, b), fill, iy, like=node.outputs[0])
+        if combine == "And" and _same(iy, fill):
+            return emit("Where", emit.bool_like("And", m, b), ix, fill, like=node.outputs[0])
+    return None
+
+
+def _add(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """where(m, a, 0) + where(m, 0, d) -> where(m, a, d): the gradient of a select, summed back."""
+    left, right = (_producer(v, "Where") for v in node.inputs)
+    if left is None or right is None or left.inputs[0] is not right.inputs[0]:
+        return None
+    if not all(_only_use(v) for v in node.inputs):
+        return None
+    m = left.inputs[0]
+    for first, second in ((left, right), (right, left)):
+        if _is_zero(first.inputs[2]) and _is_zero(second.inputs[1]):
+            return emit("Where", m, first.inputs[1], second.inputs[2], like=node.outputs[0])
+    return None
+
+
+def _reduce_sum(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """sum(-x) -> -sum(x): negation is exact, so the sum is the same; the Neg runs on the small result."""
+    negated = _producer(node.inputs[0], "Neg")
+    if negated is None or not _only_use(node.inputs[0]):
+        return None
+    total = emit("ReduceSum", negated.inputs[0], *node.inputs[1:], like=node.outputs[0],
+                 attrs=tuple(node.attributes.values()))
+    return emit("Neg", total, like=node.outputs[0])
+
+
+# ORT's broadcasting loop calls its kernel once per contiguous run that both operands share:
+# x[N,1,2] - y[1,N,2] makes N*N calls of 2 elements (measured 22 ms for N=1000, f64, one thread).
+# Expanding x first (a block copy) leaves y broadcast in runs of N*2: 5 ms with the Expand.
+_WIDEN_MIN_ELEMENTS = 1 << 16
+_WIDEN_MAX_RUN = 16
+
+
+def _widen_broadcast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """Materializes the operand that broadcasts just before a short last axis, so the kernel runs long."""
+    out = static_shape(node.outputs[0])
+    if len(out) < 2 or out[-1] > _WIDEN_MAX_RUN or int(np.prod(out)) < _WIDEN_MIN_ELEMENTS or len(node.inputs) != 2:
+        return None
+    shapes = [static_shape(v) for v in node.inputs]
+    if any(len(s) != len(out) for s in shapes):
+        return None
+    for i, (x, y) in enumerate((shapes, shapes[::-1])):
+        if x[-1] == y[-1] == out[-1] and x[-2] == 1 < out[-2] == y[-2]:
+            wide = emit("Expand", node.inputs[i], emit.graph_shape(out), like=node.outputs[0])
+            operands = [wide, node.inputs[1]] if i == 0 else [node.inputs[0], wide]
+            return emit(node.op_type, *operands, like=node.outputs[0])
+    return None
+
+
+_RULES: dict[str, Callable[[ir.Node, _Emitter], ir.Value | None]] = {
+    "Pow": _pow_one, "Equal": _bool_equal, "Not": _not, "And": _and, "Where": _where, "Add": _add,
+    "ReduceSum": _reduce_sum,
+}
+_WIDEN = dict.fromkeys(("Add", "Sub", "Mul", "Div"), _widen_broadcast)
+
+
+def widen_broadcasts(model: ir.Model) -> int:
+    """The last step of `optimize`: clean-up would take these Expands out again."""
+    return sum(rewrite(graph, _WIDEN) for graph in all_graphs(model.graph))
+
+
+def simplify(model: ir.Model) -> int:
+    """Applies the rewrites to every graph of `model` until none applies; returns how many nodes went."""
+    total = 0
+    for _ in range(8):
+        # Dominated selects first: merging nested selects changes the masks they are recognized by.
+        changed = sum(drop_dominated_selects(graph) for graph in all_graphs(model.graph))
+        changed = changed or sum(rewrite(graph) for graph in all_graphs(model.graph))
+        if not changed:
+            break
+        for graph in all_graphs(model.graph):
+            remove_unused(graph)
+        total += changed
+    return total
+
+
+def rewrite(graph: ir.Graph, rules: dict | None = None) -> int:
+    """One sweep of the rules over `graph`; returns how many nodes were replaced."""
+    count = 0
+    for node in list(graph):
+        rule = (_RULES if rules is None else rules).get(node.op_type)
+        if rule is None or node.graph is not graph or node.domain != "" or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        if static_shape(out) is None or any(v is None or static_shape(v) is None for v in node.inputs):
+            continue
+        result = rule(node, _Emitter(graph, node))
+        # A value of another shape (one the node broadcast) cannot stand in; emitted nodes left unused go with DCE.
+        if result is None or static_shape(result) != static_shape(out) or result.dtype != out.dtype:
+            continue
+        if out.is_graph_output():
+            # Only a new node's output may take a graph output's place (and its name: callers see it).
+            if result.producer() is None or result.producer().graph is not graph or result.is_graph_output():
+                continue
+            name, out.name = out.name, None
+            ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
+            result.name = name
+        else:
+            ir.convenience.replace_all_uses_with(out, result)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
+def drop_dominated_selects(graph: ir.Graph) -> int:
+    """where(m, a, b) -> a when every use of it only reaches the `x` input of a where(m, ...) (b: the `y` input).
+
+    jnp.where's gradient and jax-md's safe_mask select on the same mask again after some
+    arithmetic: `where(m, f(where(m, a, 0)), 0)` is `where(m, f(a), 0)`. Positions
+    correspond only through elementwise nodes of one shape, so the search stops at any other.
+    """
+    count = 0
+    for node in list(graph):
+        if node.op_type != "Where" or node.domain != "" or node.graph is not graph:
+            continue
+        out, (m, a, b) = node.outputs[0], node.inputs
+        shape = static_shape(out)
+        if shape is None:
+            continue
+        side = _side(out, m, shape, {})
+        keep = a if side == 1 else b if side == 2 else None
+        if keep is None or keep.dtype != out.dtype or not _fits(keep, out):
+            continue
+        ir.convenience.replace_all_uses_with(out, keep)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
+def _fits(small: ir.Value, value: ir.Value) -> bool:
+    """Whether `small` may replace `value` in each of its users: their broadcasts still give their shapes."""
+    if static_shape(small) == static_shape(value):
+        return True
+    if static_shape(small) is None:
+        return False
+    for user, index in value.uses():
+        shapes = [static_shape(v) for v in user.inputs]
+        shapes[index] = static_shape(small)
+        if None in shapes or np.broadcast_shapes(*shapes) != static_shape(user.outputs[0]):
+            return False
+    return True
+
+
+def _side(value: ir.Value, mask: ir.Value, shape: tuple, memo: dict) -> int | None:
+    """1 (2) when every use of `value` flows through same-shape elementwise nodes into the x (y) input of a
+    where on `mask` of that shape; None otherwise."""
+    if value in memo:
+        return memo[value]
+    memo[value] = None  # also what a cycle would give (graphs have none)
+    uses = list(value.uses())
+    if value.is_graph_output() or not uses:
+        return None
+    sides = set()
+    for user, index in uses:
+        if user.graph is not value.graph or user.domain != "" or len(user.outputs) != 1:
+            return None
+        if static_shape(user.outputs[0]) != shape:
+            return None
+        if user.op_type == "Where" and user.inputs[0] is mask and index in (1, 2):
+            sides.add(index)
+        elif user.op_type in _TRAPS and not user.outputs[0].dtype.is_floating_point():
+            return None  # an integer divisor made safe by the select: ORT fails on x / 0
+        elif user.op_type in ELEMENTWISE:
+            sides.add(_side(user.outputs[0], mask, shape, memo))
+        else:
+            return None
+        if None in sides or len(sides) > 1:
+            return None
+    memo[value] = sides.pop()
+    return memo[value]
