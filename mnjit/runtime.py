@@ -145,14 +145,14 @@ class OrtRunner:
 def complex_as_pairs(array: np.ndarray) -> np.ndarray:
     """A zero-copy float view of a complex array with a trailing (real, imag) axis.
 
-    Through a new unit axis, so that 0-d arrays view too; a strided array is copied once by ascontiguousarray.
+    Through a new unit axis, so that 0-d arrays view too; a strided array is copied once.
     """
-    return np.ascontiguousarray(array)[..., None].view(_COMPLEX_PAIRS[array.dtype])
+    return np.require(array, requirements="C")[..., None].view(_COMPLEX_PAIRS[array.dtype])
 
 
 def pairs_as_complex(pairs: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """The complex view of a float array whose last axis holds (real, imag)."""
-    return np.ascontiguousarray(pairs).view(dtype)[..., 0]
+    return np.require(pairs, requirements="C").view(dtype)[..., 0]
 
 
 def _mark_weak(array: jax.Array) -> jax.Array:

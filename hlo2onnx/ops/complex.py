@@ -298,12 +298,14 @@ def _log(b, dtype, z: Z) -> Z:
 
 
 def _sqrt(b, dtype, z: Z) -> Z:
-    """t = sqrt((|re| + |z|) / 2); re >= 0: (t, im / 2t), else (|im| / 2t, copysign(t, im)); 0 -> (0, im)."""
+    """t = sqrt((|re| + |z|) / 2); re >= 0: (t, im / 2t), else (|im| / 2t, +-t by im < 0); 0 -> (0, im)."""
     t = partial(b.typed, dtype=dtype)
     root = t("Sqrt", t("Mul", t("Add", t("Abs", z.re), _abs(b, dtype, z)), b.const(0.5, dtype)))
     other = t("Div", z.im, t("Add", root, root))
     negative = t("Less", z.re, b.const(0, dtype), result_dtype=bool)
-    signed_root = t("Where", _sign_bit(b, dtype, z.im), t("Neg", root), root, cast=(1, 2))
+    # XLA tests im < 0, not the sign bit: sqrt(-4 - 0i) is +2i.
+    signed_root = t("Where", t("Less", z.im, b.const(0, dtype), result_dtype=bool), t("Neg", root), root,
+                    cast=(1, 2))
     re = t("Where", negative, t("Abs", other), root, cast=(1, 2))
     im = t("Where", negative, signed_root, other, cast=(1, 2))
     zero = t("Equal", root, b.const(0, dtype), result_dtype=bool)
@@ -320,19 +322,24 @@ def _rsqrt(b, dtype, z: Z) -> Z:
 
 
 def _pow(b, dtype, x: Z, y: Z) -> Z:
-    """|x|^y.re * exp(-y.im * arg x) * cis(y.re * arg x + y.im * log|x|); 0^y is 1 for y = 0, else 0."""
+    """|x|^y.re * exp(-y.im * arg x) * cis(y.re * arg x + y.im * log|x|)."""
     t = partial(b.typed, dtype=dtype)
     angle = atan2(b, dtype, x.im, x.re)
     log_abs = t("Log", _abs(b, dtype, x))
     scale = t("Exp", t("Sub", t("Mul", y.re, log_abs), t("Mul", y.im, angle)))
     q = t("Add", t("Mul", y.re, angle), t("Mul", y.im, log_abs))
     re, im = t("Mul", scale, t("Cos", q)), t("Mul", scale, t("Sin", q))
+    # XLA: 0^0 = 1, 0^y = 0 for real y > 0, else NaN (the formula's value there).
     zero = b.const(0, dtype)
-    is_zero = lambda z: b.op("And", t("Equal", z.re, zero, result_dtype=bool),  # noqa: E731
-                             t("Equal", z.im, zero, result_dtype=bool))
-    base_zero, exp_zero = is_zero(x), is_zero(y)
-    special_re = t("Where", exp_zero, b.const(1, dtype), zero, cast=(1, 2))
-    return Z(t("Where", base_zero, special_re, re, cast=(1, 2)), t("Where", base_zero, zero, im, cast=(1, 2)))
+    is_zero = lambda v: t("Equal", v, zero, result_dtype=bool)  # noqa: E731
+    base_zero = b.op("And", is_zero(x.re), is_zero(x.im))
+    exp_zero = b.op("And", is_zero(y.re), is_zero(y.im))
+    exp_positive = b.op("And", t("Greater", y.re, zero, result_dtype=bool), is_zero(y.im))
+    defined = b.op("Or", exp_zero, exp_positive)
+    nan = b.const(np.nan, dtype)
+    special_re = t("Where", exp_zero, b.const(1, dtype), t("Where", exp_positive, zero, nan, cast=(1, 2)), cast=(1, 2))
+    special_im = t("Where", defined, zero, nan, cast=(1, 2))
+    return Z(t("Where", base_zero, special_re, re, cast=(1, 2)), t("Where", base_zero, special_im, im, cast=(1, 2)))
 
 
 def _sign(b, dtype, z: Z) -> Z:
