@@ -10,6 +10,7 @@ from jax import lax
 from harness import Case, rand, run_case
 from hlo2onnx.errors import UnsupportedOpError
 from mnjit import mnjit
+from mnjit.runtime import complex_as_pairs, pairs_as_complex
 
 C64, C128 = np.complex64, np.complex128
 ARITH_TOL = {C64: (1e-5, 1e-5), C128: (1e-12, 1e-12)}
@@ -97,6 +98,8 @@ def _per_dtype(dtype) -> list[Case]:
         case("many_outputs", lambda a, b: (a, b * 1j, a.real, jnp.abs(b)), (x, y)),
         # control flow
         case("fori_loop", lambda a: lax.fori_loop(0, 5, lambda i, c: c * (0.5 + 0.5j) + a, a), (x,), tol=tol),
+        case("scan_stacked", lambda c, xs: lax.scan(lambda k, v: (k * v + 1j, k.conj()), c, xs), (x[0], y),
+             tol=tol),
         case("cond", lambda p, a: lax.cond(p > 0, lambda v: v * 1j, lambda v: v.conj(), a), (np.float32(1), x)),
     ]
 
@@ -116,6 +119,14 @@ def test_inputs_are_float_pairs():
     for value in (graph.input[0], graph.output[0]):
         assert value.type.tensor_type.elem_type == 1  # FLOAT
         assert [d.dim_value for d in value.type.tensor_type.shape.dim] == [3, 2]
+
+
+def test_complex_inputs_are_fed_without_a_copy():
+    x = _x((3, 4), C64)
+    pairs = complex_as_pairs(x)
+    assert pairs.shape == (3, 4, 2) and pairs.dtype == np.float32 and np.shares_memory(pairs, x)
+    assert complex_as_pairs(np.asarray(C128(1 - 2j))).tolist() == [1, -2]
+    np.testing.assert_array_equal(pairs_as_complex(pairs, np.dtype(C64)), x)
 
 
 @pytest.mark.parametrize("fn, what", [
