@@ -42,8 +42,14 @@ def _per_dtype(dtype) -> list[Case]:
         # functions
         *[case(name, fn, (x,), tol=tol) for name, fn in {
             "abs": jnp.abs, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt,
-            "sign": jnp.sign, "sin": jnp.sin, "cos": jnp.cos, "tanh": jnp.tanh, "square": jnp.square,
-            "conj": jnp.conj}.items()],
+            "sign": jnp.sign, "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "tanh": jnp.tanh,
+            "square": jnp.square, "conj": jnp.conj, "expm1": jnp.expm1, "log1p": jnp.log1p, "angle": jnp.angle,
+            "arctan": jnp.arctan, "sinh": jnp.sinh}.items()],
+        case("expm1_log1p_tiny", lambda a: (jnp.expm1(a), jnp.log1p(a)),
+             (np.array([1e-8 + 1e-9j, -1e-7j, 1e-3 - 1e-3j, 2 + 0j], dtype),), tol=tol),
+        case("atan2_real", jnp.arctan2, (np.array([1, 1, -1, -1, 0, -0.0, 0, -0.0, 3, 1e-30], real.dtype),
+                                         np.array([1, -1, 1, -1, -1, -1, 0, -0.0, 0, 5], real.dtype)), tol=tol),
+        case("atan2_random", jnp.arctan2, (real, real[::-1] * 10), tol=tol),
         case("sqrt_branch_cut", jnp.sqrt, (np.array([-4 + 0j, complex(-4, -0.0), 0j, 4 + 0j, 1j, -1j], dtype),),
              tol=tol),
         case("log_branch_cut", jnp.log, (np.array([-1 + 0j, complex(-1, -0.0), 1j, -1j, 2 - 2j], dtype),), tol=tol),
@@ -84,6 +90,7 @@ def _per_dtype(dtype) -> list[Case]:
         case("gather", lambda a, i: a[i], (x, np.array([2, 0, 2], np.int32))),
         case("scatter_set", lambda a, i, b: a.at[i].set(b), (x, np.array([2, 0], np.int32), y[:2])),
         case("scatter_add", lambda a, i, b: a.at[i].add(b), (x, np.array([1, 1], np.int32), y[:2]), tol=tol),
+        case("arange", lambda a: a + jnp.arange(4, dtype=dtype), (x,)),
         # constants and scalars
         case("const_dense", lambda a: a * jnp.array([1 + 2j, -3j, 4, np.nan + 1j], dtype), (x,)),
         case("const_splat", lambda a: a + jnp.full((3, 4), 2 - 1j, dtype), (x,)),
@@ -130,7 +137,7 @@ def test_complex_inputs_are_fed_without_a_copy():
 
 
 @pytest.mark.parametrize("fn, what", [
-    (lambda a: jnp.expm1(a), "exponential_minus_one"),
+    (lambda a: jnp.cumprod(a), "reduce_window"),
     (lambda a: jnp.sort(a), "sort"),
     (lambda a: a.max(), "reduce"),
 ])

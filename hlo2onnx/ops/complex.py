@@ -22,6 +22,7 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.ops import elementwise, shape as shape_ops
 from hlo2onnx.ops.reduce import single_reducer
 from hlo2onnx.registry import RULES, register, register_complex
+from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_complex, real_dtype
 
 
@@ -200,6 +201,13 @@ def convert(ctx, x):
     return elementwise.convert(real_ctx, part(b, x, 0))
 
 
+@register_complex("stablehlo.iota")
+def iota(ctx, *, iota_dimension):
+    real_ctx = dataclasses.replace(ctx, out_types=[_real_type(ctx.out_type)])
+    line = RULES["stablehlo.iota"](real_ctx, iota_dimension=iota_dimension)
+    return from_real(ctx.b, line, real_ctx.out_type, ctx.out_type.dtype)
+
+
 # -- real, imag, complex ----------------------------------------------------------------
 @register_complex("stablehlo.real")
 def real(ctx, x):
@@ -372,6 +380,42 @@ def _cos(b, dtype, z: Z) -> Z:
     return Z(t("Mul", t("Cos", z.re), cosh), t("Neg", t("Mul", t("Sin", z.re), sinh)))
 
 
+def _tan(b, dtype, z: Z) -> Z:
+    """(sin 2a + i sinh 2b) / (cos 2a + cosh 2b); past |b| = 20 that is (0, sign b) to working precision."""
+    t = partial(b.typed, dtype=dtype)
+    two = b.const(2, dtype)
+    cosh, sinh = _cosh_sinh(b, dtype, t("Mul", z.im, two))
+    denominator = t("Add", t("Cos", t("Mul", z.re, two)), cosh)
+    re = t("Div", t("Sin", t("Mul", z.re, two)), denominator)
+    im = t("Div", sinh, denominator)
+    big = t("Greater", t("Abs", z.im), b.const(20, dtype), result_dtype=bool)
+    return Z(t("Where", big, b.const(0, dtype), re, cast=(1, 2)), t("Where", big, t("Sign", z.im), im, cast=(1, 2)))
+
+
+def _expm1(b, dtype, z: Z) -> Z:
+    """(expm1(a) cos b - 2 sin^2(b/2), exp(a) sin b): no cancellation near 0."""
+    t = partial(b.typed, dtype=dtype)
+    half_sin = t("Sin", t("Mul", z.im, b.const(0.5, dtype)))
+    re = t("Sub", t("Mul", _real_rule(b, dtype, "stablehlo.exponential_minus_one", z.re), t("Cos", z.im)),
+           t("Mul", b.const(2, dtype), t("Mul", half_sin, half_sin)))
+    return Z(re, t("Mul", t("Exp", z.re), t("Sin", z.im)))
+
+
+def _log1p(b, dtype, z: Z) -> Z:
+    """(log1p(a (a + 2) + b^2) / 2, atan2(b, 1 + a)): no cancellation near 0."""
+    t = partial(b.typed, dtype=dtype)
+    one = b.const(1, dtype)
+    inner = t("Add", t("Mul", z.re, t("Add", z.re, b.const(2, dtype))), t("Mul", z.im, z.im))
+    re = t("Mul", _real_rule(b, dtype, "stablehlo.log_plus_one", inner), b.const(0.5, dtype))
+    return Z(re, atan2(b, dtype, z.im, t("Add", z.re, one)))
+
+
+def _real_rule(b, dtype, name: str, x: ir.Value) -> ir.Value:
+    """The real rule of an elementwise op that reads only its dtype, on one plane."""
+    plane = TensorType((), dtype)
+    return RULES[name](RuleContext(b, None, [plane], [plane], None), x)
+
+
 def _tanh(b, dtype, z: Z) -> Z:
     """(sinh 2a + i sin 2b) / (cosh 2a + cos 2b); past |a| = 20 that is (sign a, 0) to working precision."""
     t = partial(b.typed, dtype=dtype)
@@ -387,7 +431,8 @@ def _tanh(b, dtype, z: Z) -> Z:
 for _hlo, _fn in {"multiply": _mul, "divide": _div, "power": _pow}.items():
     register_complex(f"stablehlo.{_hlo}")(partial(_binary, _fn))
 for _hlo, _fn in {"abs": _abs, "exponential": _exp, "log": _log, "sqrt": _sqrt, "rsqrt": _rsqrt, "sign": _sign,
-                  "sine": _sin, "cosine": _cos, "tanh": _tanh}.items():
+                  "sine": _sin, "cosine": _cos, "tan": _tan, "tanh": _tanh, "exponential_minus_one": _expm1,
+                  "log_plus_one": _log1p}.items():
     register_complex(f"stablehlo.{_hlo}")(partial(_unary, _fn))
 
 
@@ -413,6 +458,11 @@ def dot_general(ctx, lhs, rhs, *, dot_dimension_numbers):
     product = shape_ops.reshape_to(b, b.op("Transpose", product, perm=perm), out + [4])
     rr, ri, ir_, ii = b.ops("Split", product, b.shape_const([1, 1, 1, 1]), num_outputs=4, axis=-1)
     return join(b, Z(b.op("Sub", rr, ii), b.op("Add", ri, ir_)))
+
+
+@register("stablehlo.atan2")
+def atan2_real(ctx, y, x):
+    return atan2(ctx.b, ctx.out_type.dtype, y, x)
 
 
 # -- atan2, which ONNX lacks ------------------------------------------------------------------
