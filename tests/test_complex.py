@@ -36,8 +36,8 @@ def _per_dtype(dtype) -> list[Case]:
         case("div_special", jnp.divide, (np.array([1 + 1j, np.nan, 1, np.inf, -2, 3j], dtype),
                                           np.array([0, 0, np.inf, 1 + 1j, -0.0, 1e-30], dtype))),
         case("pow", lambda a, b: a ** b, (x * 0.5, y * 0.3), tol=(tol[0] * 10, tol[1] * 10)),
-        case("pow_zero_base", lambda a, b: a ** b, (np.array([0, 0, 0, 0, 0, 1 + 1j], dtype), np.array([0, 2, -2, 1j, 1.5 + 1j, 2], dtype)),
-             tol=tol),
+        case("pow_zero_base", lambda a, b: a ** b,
+             (np.array([0, 0, 0, 0, 0, 1 + 1j], dtype), np.array([0, 2, -2, 1j, 1.5 + 1j, 2], dtype)), tol=tol),
         case("reciprocal", lambda a: 1 / a, (x,), tol=tol),
         # functions
         *[case(name, fn, (x,), tol=tol) for name, fn in {
@@ -60,6 +60,7 @@ def _per_dtype(dtype) -> list[Case]:
         case("real_to_complex", lambda a: a.astype(dtype), (real,)),
         case("int_to_complex", lambda a: a.astype(dtype), (rand((3, 4), np.int32),)),
         case("complex_to_real", lambda a: a.real.astype(np.int32) + jnp.abs(a).astype(np.int32), (x,)),
+        case("complex_to_bool", lambda a: a.astype(bool), (np.array([0j, 1j, 1, complex(0, -0.0), np.nan], dtype),)),
         case("real_of_real", lambda a: (jnp.real(a), jnp.imag(a)), (real,)),
         case("compare", lambda a, b: (a == b, a != b), (x, jnp.where(real > 0, x, y))),
         case("select", lambda p, a, b: jnp.where(p, a, b), (real > 0, x, y)),
@@ -107,6 +108,8 @@ def _per_dtype(dtype) -> list[Case]:
         case("fori_loop", lambda a: lax.fori_loop(0, 5, lambda i, c: c * (0.5 + 0.5j) + a, a), (x,), tol=tol),
         case("scan_stacked", lambda c, xs: lax.scan(lambda k, v: (k * v + 1j, k.conj()), c, xs), (x[0], y),
              tol=tol),
+        case("sharding_constraint", lambda a: jax.lax.with_sharding_constraint(
+            a * 2, jax.sharding.SingleDeviceSharding(jax.devices()[0])), (x,)),
         case("cond", lambda p, a: lax.cond(p > 0, lambda v: v * 1j, lambda v: v.conj(), a), (np.float32(1), x)),
     ]
 

@@ -69,7 +69,7 @@ def _lift(extend: Callable[..., dict] | None, ctx, *inputs, **attrs):
 for _name in ("add", "subtract", "negate", "reshape", "concatenate", "reverse", "dynamic_update_slice",
               "while", "if", "case", "optimization_barrier"):
     register_complex(f"stablehlo.{_name}")(partial(_lift, None))
-register_complex("func.call")(partial(_lift, None))
+register_complex("func.call", "sdy.sharding_constraint")(partial(_lift, None))
 
 
 def _with_pair_axis(ctx, **attrs) -> dict:
@@ -148,13 +148,16 @@ def _reduce_product(ctx, x, init, *, dimensions):
     x = shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, len(shape)]), [n, *out])
     while n > 1:
         half, odd = n // 2, n % 2
-        rows = lambda lo, hi: b.op("Slice", x, b.shape_const([lo]), b.shape_const([hi]), b.shape_const([0]))  # noqa: E731
-        product = join(b, _mul(b, dtype, split(b, rows(0, half)), split(b, rows(half, 2 * half))))
-        x = b.op("Concat", product, rows(2 * half, n), axis=0) if odd else product
+        product = join(b, _mul(b, dtype, split(b, _rows(b, x, 0, half)), split(b, _rows(b, x, half, 2 * half))))
+        x = b.op("Concat", product, _rows(b, x, 2 * half, n), axis=0) if odd else product
         n = half + odd
     result = shape_ops.reshape_to(b, x, out)
     one = init.const_value is not None and init.const_value.numpy().tolist() == [1, 0]
     return result if one else join(b, _mul(b, dtype, split(b, result), split(b, init)))
+
+
+def _rows(b, x: ir.Value, lo: int, hi: int) -> ir.Value:
+    return b.op("Slice", x, b.shape_const([lo]), b.shape_const([hi]), b.shape_const([0]))
 
 
 @register_complex("stablehlo.pad")
