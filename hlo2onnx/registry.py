@@ -20,18 +20,23 @@ RULES: dict[str, Rule] = {}
 CUSTOM_CALLS: dict[str, Rule] = {}
 # Custom call targets whose rules are correct on dynamic dims.
 CUSTOM_DYNAMIC_OK: set[str] = set()
+
+# Rules for ops with a complex operand or result, which the graph holds as float
+# (real, imag) pairs (TensorType.storage). The translator looks here, and only
+# here, whenever an op touches a complex type (see ops/complex.py).
+COMPLEX_RULES: dict[str, Rule] = {}
 # Ops whose rules read no static dim (or handle dynamic dims themselves). The
 # translator rejects any other op that sees a dynamic dim, rather than let a
 # rule bake a -1 into a shape constant.
 DYNAMIC_OK: set[str] = set()
 
 
-def register(*op_names: str) -> Callable[[Rule], Rule]:
+def register(*op_names: str, table: dict[str, Rule] = RULES) -> Callable[[Rule], Rule]:
     def wrap(rule: Rule) -> Rule:
         for name in op_names:
-            if name in RULES:
+            if name in table:
                 raise ValueError(f"two rules for {name}")
-            RULES[name] = rule
+            table[name] = rule
         return rule
 
     return wrap
@@ -49,6 +54,9 @@ def register_custom_call(*targets: str, dynamic: bool = False) -> Callable[[Rule
         return rule
 
     return wrap
+
+def register_complex(*op_names: str) -> Callable[[Rule], Rule]:
+    return register(*op_names, table=COMPLEX_RULES)
 
 
 def allow_dynamic(*op_names: str) -> None:

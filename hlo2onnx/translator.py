@@ -17,9 +17,9 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
-from hlo2onnx.registry import DYNAMIC_OK, RULES
+from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
 from hlo2onnx.support import Target
-from hlo2onnx.types import TensorType, UnsupportedTypeError, onnx_dtype, tensor_type
+from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, onnx_dtype, tensor_type
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
 # Replaces one op's rule inside one emit_block call: (builder, inputs) -> outputs. Keyed by the op's first result.
@@ -48,6 +48,7 @@ class RuleContext:
 
 
 def set_type(value: ir.Value, ttype: TensorType) -> None:
+    ttype = ttype.storage  # complex values are float pairs in the graph
     value.type = ir.TensorType(onnx_dtype(ttype.dtype))
     value.shape = ir.Shape([d if d >= 0 else None for d in ttype.shape])
 
@@ -121,11 +122,16 @@ class Translator:
         raise Hlo2OnnxError("block without terminator")
 
     def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
-        rule = RULES.get(name)
-        if rule is None:
+        if name not in RULES and name not in COMPLEX_RULES:
             raise UnsupportedOpError(name, source_line(op.location), "no translation rule")
         ctx = RuleContext(b, op.operation, [self._type_of(v, name, op) for v in op.operands],
                           [self._type_of(r, name, op) for r in op.results], self)
+        # The one dispatch point for complex values: their rules see complex types and float-pair inputs.
+        rule = RULES.get(name)
+        if any(is_complex(t.dtype) for t in ctx.in_types + ctx.out_types):
+            rule = COMPLEX_RULES.get(name)
+            if rule is None:
+                raise UnsupportedOpError(name, source_line(op.location), "complex operands are not supported")
         if name not in DYNAMIC_OK and any(d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
             raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
         try:

@@ -47,6 +47,16 @@ class TensorType(NamedTuple):
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
+    @property
+    def storage(self) -> "TensorType":
+        """How the ONNX graph holds this tensor: complex as a trailing (real, imag) axis of the matching float.
+
+        ORT has no complex kernels; the pair layout is also the one ONNX's DFT reads and writes.
+        """
+        if not is_complex(self.dtype):
+            return self
+        return TensorType(self.shape + (2,), real_dtype(self.dtype))
+
 
 class UnsupportedTypeError(TypeError):
     pass
@@ -74,6 +84,15 @@ def onnx_dtype(dtype: np.dtype) -> ir.DataType:
 
 def is_float(dtype: np.dtype) -> bool:
     return np.dtype(dtype).kind == "f" or np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16)
+
+
+def is_complex(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
+
+
+def real_dtype(dtype: np.dtype) -> np.dtype:
+    """complex64 -> float32, complex128 -> float64; real dtypes are their own."""
+    return np.dtype(np.finfo(dtype).dtype) if is_complex(dtype) else np.dtype(dtype)
 
 
 def is_unsigned(dtype: np.dtype) -> bool:

@@ -27,7 +27,9 @@ _ML_DTYPES = {
     np.dtype(ml_dtypes.float8_e4m3fn): (np.uint8, 17),
     np.dtype(ml_dtypes.float8_e5m2): (np.uint8, 19),
 }
-_NO_DLPACK = frozenset({_BOOL, *_ML_DTYPES})
+# The graph holds complex tensors as float (real, imag) pairs on a trailing axis (hlo2onnx TensorType.storage).
+_COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+_NO_DLPACK = frozenset({_BOOL, *_ML_DTYPES, *_COMPLEX_PAIRS})
 
 
 def session_options() -> ort.SessionOptions:
@@ -50,6 +52,8 @@ class OrtRunner:
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
         self.out_avals = list(out_avals)
         self._weak = [i for i, aval in enumerate(self.out_avals) if getattr(aval, "weak_type", False)]
+        self._complex_out = {i: np.dtype(aval.dtype) for i, aval in enumerate(self.out_avals)
+                             if np.dtype(aval.dtype) in _COMPLEX_PAIRS}
         self._device = jax.devices("cpu")[0]
         self._ort_cpu = _C.OrtDevice(_C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0)
         self._fetch_devices = [self._ort_cpu] * len(self.output_names)
@@ -75,6 +79,8 @@ class OrtRunner:
             # Bool does not cross DLPack into ORT, nor do ml_dtypes; numpy leaves may need
             # jax's dtype canonicalization (int64 -> int32 without x64). A view, not a copy, when dtypes agree.
             array = np.asarray(leaf, dtype=dtype)
+            if dtype in _COMPLEX_PAIRS:
+                array = complex_as_pairs(array)
             keep_alive.append(array)
             if dtype in _ML_DTYPES:  # ORT's numpy bridge knows no ml_dtypes: pass the bits and the ONNX type
                 feeds.push_back(_C.OrtValue.ortvalue_from_numpy_with_onnx_type(
@@ -98,6 +104,9 @@ class OrtRunner:
         for i, capsule in enumerate(capsules):
             if i in bools:  # bool arrives through DLPack as uint8
                 outputs.append(jax.device_put(fetches[i].numpy().astype(_BOOL, copy=False), self._device))
+            elif i in self._complex_out:
+                pairs = np.from_dlpack(_CapsuleHolder(capsule))  # a view of ORT's buffer
+                outputs.append(jax.device_put(pairs_as_complex(pairs, self._complex_out[i]), self._device))
             elif _FAST_IMPORT:
                 # copy=None: zero-copy when 64-byte aligned (ORT's CPU allocator is), else jax copies.
                 outputs.append(_jax.dlpack_managed_tensor_to_buffer(capsule, self._device, None, None, _KDL_CPU))
@@ -113,6 +122,8 @@ class OrtRunner:
             elif dtype in _ML_DTYPES:
                 feeds[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
                     np.asarray(leaf, dtype=dtype).view(_ML_DTYPES[dtype][0]), _ML_DTYPES[dtype][1])
+            elif dtype in _COMPLEX_PAIRS:
+                feeds[name] = ort.OrtValue.ortvalue_from_numpy(complex_as_pairs(np.asarray(leaf, dtype=dtype)))
             else:
                 feeds[name] = ort.OrtValue.ortvalue_from_numpy(np.asarray(leaf, dtype=dtype))
         results = self.session.run_with_ort_values(self.output_names, feeds)
@@ -120,6 +131,8 @@ class OrtRunner:
         for value, aval in zip(results, self.out_avals):
             if np.dtype(aval.dtype) == _BOOL:
                 outputs.append(jax.device_put(value.numpy(), self._device))
+            elif np.dtype(aval.dtype) in _COMPLEX_PAIRS:
+                outputs.append(jax.device_put(pairs_as_complex(value.numpy(), np.dtype(aval.dtype)), self._device))
             else:
                 outputs.append(jax.dlpack.from_dlpack(value))
         return self._fix_weak(outputs)
@@ -130,6 +143,19 @@ class OrtRunner:
         for i in self._weak:
             outputs[i] = _mark_weak(outputs[i])
         return outputs
+
+
+def complex_as_pairs(array: np.ndarray) -> np.ndarray:
+    """A zero-copy float view of a complex array with a trailing (real, imag) axis.
+
+    Through a new unit axis, so that 0-d arrays view too; a strided array is copied once.
+    """
+    return np.require(array, requirements="C")[..., None].view(_COMPLEX_PAIRS[array.dtype])
+
+
+def pairs_as_complex(pairs: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The complex view of a float array whose last axis holds (real, imag)."""
+    return np.require(pairs, requirements="C").view(dtype)[..., 0]
 
 
 def _mark_weak(array: jax.Array) -> jax.Array:

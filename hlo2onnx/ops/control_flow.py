@@ -316,7 +316,7 @@ def _overrides(plan: _Plan, translator: Translator) -> dict:
 
 
 def _row_of(dus: mlir.Operation) -> Callable:
-    row = tuple(mlir.RankedTensorType(dus.results[0].type).shape)[1:]
+    row = tensor_type(dus.results[0].type).storage.shape[1:]  # complex rows are float pairs
 
     def emit(b: Builder, inputs: list[ir.Value]) -> list[ir.Value]:
         return [reshape_to(b, inputs[1], row)]
