@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+# This checkout's mnjit/hlo2onnx, not an installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 F32 = np.float32
 
@@ -162,7 +167,7 @@ def fire(n: int = 1000) -> Model:
         return jax.tree_util.tree_leaves(fire_apply(jax.tree_util.tree_unflatten(tree, leaves)))
 
     # Weak types do not survive ONNX's signature; the leaves are passed strongly typed to every candidate.
-    args = tuple(np.asarray(leaf) for leaf in leaves)
+    args = tuple(np.asarray(jnp.asarray(leaf)) for leaf in leaves)  # python floats -> float32 (x64 off)
     return Model("jaxmd_fire_step", step, args, calls=10)
 
 
@@ -193,7 +198,7 @@ def _flat(model: Model) -> tuple[list[np.ndarray], Callable]:
     def flat_fun(*xs):
         return tuple(jax.tree_util.tree_leaves(model.fun(*jax.tree_util.tree_unflatten(tree, xs))))
 
-    return [np.asarray(x) for x in leaves], flat_fun
+    return [np.asarray(jnp.asarray(x)) for x in leaves], flat_fun
 
 
 def _ort_session(model_bytes: bytes):
