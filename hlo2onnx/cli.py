@@ -38,7 +38,7 @@ def _opset(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from hlo2onnx.convert import DEFAULT_OPSET
-    from hlo2onnx.support import TARGETS
+    from hlo2onnx.targets import TARGETS
 
     parser = _Parser(prog="hlo2onnx", description="Convert StableHLO (text or bytecode), a jax.export "
                      "artifact or XLA HLO text to an ONNX model. The format is recognized from the content.",
@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "- writes stdout)")
     parser.add_argument("--opset", type=_opset, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("--target", choices=sorted(TARGETS), default="ort-cpu",
-                        help="the runtime whose kernels the model may use (default ort-cpu)")
+                        help="the backend whose ops and dtypes the model may use (default ort-cpu): "
+                        + "; ".join(f"{t.name}: {t.description}" for t in TARGETS.values()))
     parser.add_argument("--name", help="the ONNX graph's name (default: the module's)")
     parser.add_argument("--dynamic", action="store_true",
                         help="keep symbolic dims (jax.export shape polymorphism) as ONNX dim_params")
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--inputs", metavar="NPZ", help="inputs for --check (implies it): arrays named like the "
                         "ONNX inputs, or arr_0, arr_1 ... in order; default: random, from the signature")
     parser.add_argument("--report", action="store_true", help="print the op mapping: StableHLO ops by kind, "
-                        "ONNX nodes by type")
+                        "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
+                        "and after, and the nodes the target runs on a fallback")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the input format and time per stage")
     parser.add_argument("--progress", action="store_true", help="show translation progress on stderr even when "
                         f"it is not a terminal or the module is small (default: on a terminal, {PROGRESS_MIN_OPS}+ "

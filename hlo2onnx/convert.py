@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -29,8 +28,11 @@ from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.mlir_io import make_context, parse_module, prepare
-from hlo2onnx.patterns import optimize
-from hlo2onnx.support import TARGETS, Target
+from hlo2onnx import targets
+from hlo2onnx.patterns import Report, optimize_report
+from hlo2onnx.report import ConversionReport
+from hlo2onnx.support import Target
+from hlo2onnx.targets import Violation
 from hlo2onnx.translator import Translator, _arg_name
 
 DEFAULT_OPSET = 21  # hlo2onnx.DEFAULT_OPSET
@@ -191,6 +193,9 @@ class Conversion:
     loaded: Loaded
     op_counts: dict[str, int]
     timings: dict[str, float] = field(default_factory=dict)
+    optimized: Report | None = None  # what clean-up and fusion did (None: fusion off)
+    target: Target | None = None
+    violations: list[Violation] = field(default_factory=list)  # nodes the target runs on its fallback
 
     @property
     def format(self) -> str:
@@ -206,7 +211,7 @@ class Conversion:
             raise Hlo2OnnxError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
 
     def report(self) -> str:
-        return report(self.model, self.op_counts)
+        return str(ConversionReport(self.model, self.op_counts, self.optimized, self.target, self.violations))
 
     def check(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
               sizes: Sequence[int] = (2, 5), seed: int = 0) -> "CheckResult":
@@ -224,7 +229,7 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
     polymorphism) as ONNX dim_params; without it such inputs are rejected.
     `progress(done, total)` is called while ops are translated.
     """
-    target = _target(target)
+    target = targets.get(target)
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise Hlo2OnnxError(f"opset {opset} is not supported (choose {MIN_OPSET} to {MAX_OPSET})")
     timings: dict[str, float] = {}
@@ -249,22 +254,16 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
         model = translator.translate(graph_name=name or loaded.name)
         if loaded.exported is not None:
             _match_exported_signature(model, loaded.exported, _wrapped_arg_names(loaded.module))
+    optimized = None
     if fuse:
         with _timed(timings, "optimize"):
-            model = optimize(model, target)
-    conversion = Conversion(model, loaded, dict(translator.op_counts), timings)
+            optimized = optimize_report(model, target)
+    violations = targets.check(model, target)  # before anything is written: a strict target refuses here
+    conversion = Conversion(model, loaded, dict(translator.op_counts), timings, optimized, target, violations)
     if output is not None:
         with _timed(timings, "save"):
             conversion.save(output)
     return conversion
-
-
-def _target(target: str | Target) -> Target:
-    if isinstance(target, Target):
-        return target
-    if target not in TARGETS:
-        raise Hlo2OnnxError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
-    return TARGETS[target]
 
 
 @contextmanager
@@ -409,34 +408,6 @@ def _unique(name: str, used: set[str]) -> str:
 
 def _onnx_shape(shape) -> ir.Shape:
     return ir.Shape([d if isinstance(d, int) else str(d) for d in shape])
-
-
-# -- reporting ----------------------------------------------------------------------------------------
-def report(model: ir.Model, op_counts: Mapping[str, int]) -> str:
-    """The op mapping summary: StableHLO ops translated, by kind; ONNX nodes emitted, by type."""
-    nodes = Counter(node.op_type if not node.domain else f"{node.domain}.{node.op_type}"
-                    for node in ir.traversal.RecursiveGraphIterator(model.graph))
-    initializers = list(model.graph.initializers.values())
-    size = sum(v.const_value.nbytes for v in initializers if v.const_value is not None)
-    lines = [f"StableHLO ops: {sum(op_counts.values())} ({len(op_counts)} kinds)"]
-    lines += _table(op_counts)
-    lines.append(f"ONNX nodes: {sum(nodes.values())} ({len(nodes)} types), "
-                 f"initializers: {len(initializers)} ({_bytes(size)})")
-    lines += _table(nodes)
-    return "\n".join(lines)
-
-
-def _table(counts: Mapping[str, int]) -> list[str]:
-    width = max((len(k) for k in counts), default=0)
-    return [f"  {k:<{width}}  {n:>6}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 # -- checking -----------------------------------------------------------------------------------------

@@ -85,14 +85,29 @@ def _parse(spec: str) -> frozenset[np.dtype]:
 
 @dataclass(frozen=True)
 class Target:
-    """A runtime's op subset. `missing` maps an ONNX op to dtypes it cannot run."""
+    """A runtime's op subset. `missing` maps an ONNX op to dtypes it cannot run.
+
+    Profiles for other backends (hlo2onnx/targets.py) also name the only ops
+    and dtypes they accept (`ops`, `dtypes`; None: any), the target that runs
+    what they cannot (`fallback`: ORT's CPU provider behind its CUDA one), and
+    ops they lack but take in expanded form (`expanded`: IsNaN as x != x).
+    """
 
     name: str
     missing: dict[str, frozenset[np.dtype]] = field(default_factory=dict)
     bf16_compute: bool = False
+    ops: frozenset[str] | None = None
+    dtypes: frozenset[np.dtype] | None = None
+    fallback: "Target | None" = None
+    expanded: frozenset[str] = frozenset()  # ops rules may emit; replaced after fusion by exact expansions
+    description: str = ""
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)
+        if self.ops is not None and op_type.partition(":")[0] not in self.ops | self.expanded:
+            return False
+        if self.dtypes is not None and dtype not in self.dtypes:
+            return False
         if dtype == BF16 and not self.bf16_compute and op_type not in _DATA_MOVEMENT:
             return False
         return dtype not in self.missing.get(op_type, ())
@@ -105,8 +120,10 @@ class Target:
         for wider in WIDER.get(dtype, ()):
             if self.supports(op_type, wider):
                 return wider
+        if self.fallback is not None:
+            return self.fallback.compute_dtype(op_type, dtype)
         raise NotImplementedError(f"{self.name} has no {op_type} kernel for {dtype} nor a wider type")
 
 
-ORT_CPU = Target("ort-cpu", {op: _parse(spec) for op, spec in _ORT_CPU_MISSING.items()})
-TARGETS = {t.name: t for t in (ORT_CPU,)}
+ORT_CPU = Target("ort-cpu", {op: _parse(spec) for op, spec in _ORT_CPU_MISSING.items()},
+                 description="ONNX Runtime's CPU provider (kernel gaps measured)")

@@ -5,10 +5,11 @@ translation time: the MLIR `inline` pass leaves JAX's private functions alone.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections import ChainMap
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -134,6 +135,7 @@ class Translator:
                 raise UnsupportedOpError(name, source_line(op.location), "complex operands are not supported")
         if name not in DYNAMIC_OK and any(d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
             raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
+        emitted = len(b.graph)
         try:
             outputs = rule(ctx, *inputs, **attr_codec.decode_all(op))
         except Hlo2OnnxError:
@@ -147,6 +149,7 @@ class Translator:
             if value.type is None:
                 set_type(value, ttype)
         self.op_counts[name] = self.op_counts.get(name, 0) + 1
+        tag_nodes(itertools.islice(reversed(b.graph), len(b.graph) - emitted), name, ctx.where)
         return outputs
 
     def call(self, callee: str, args: Sequence[ir.Value], b: Builder) -> list[ir.Value]:
@@ -162,6 +165,26 @@ class Translator:
         except (UnsupportedTypeError, ValueError) as e:
             where = source_line(op.location) if op is not None else None
             raise UnsupportedOpError(name, where, f"type {value.type}: {e}") from None
+
+
+# Node metadata naming the StableHLO op (and its source line) that produced each ONNX node: the report and
+# the target validation (hlo2onnx/targets.py) read it; fusions merge it (patterns/engine.py).
+SOURCE_OP, SOURCE_LOC = "hlo2onnx.op", "hlo2onnx.loc"
+
+
+def tag_nodes(nodes: Iterable[ir.Node], op_name: str, where: str | None) -> None:
+    """Marks `nodes` and the untagged nodes of their subgraphs (Loop/If bodies a rule built) as `op_name`'s."""
+    for node in nodes:
+        if SOURCE_OP in node.metadata_props:
+            continue  # emitted by a nested op (a region's body)
+        node.metadata_props[SOURCE_OP] = op_name
+        if where:
+            node.metadata_props[SOURCE_LOC] = where
+        for attr in node.attributes.values():
+            graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else (
+                attr.value if attr.type == ir.AttributeType.GRAPHS else [])
+            for graph in graphs:
+                tag_nodes(graph, op_name, where)
 
 
 def _arg_name(arg: mlir.BlockArgument, index: int) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
 import jax
@@ -56,7 +56,12 @@ class MnjitLowered:
     traced: Any
     lowered: Any
     model: ir.Model
-    translator_counts: dict[str, int] = field(default_factory=dict)
+    conversion: hlo2onnx.ConversionReport | None = None
+
+    def report(self) -> str:
+        """Per StableHLO op kind, the ONNX op types it became; the fusions that fired; node counts before/after;
+        and the nodes the target runs on its fallback."""
+        return str(self.conversion)
 
     @property
     def jaxpr(self):
@@ -96,7 +101,7 @@ class MnjitFunction:
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
-        self._target = hlo2onnx.TARGETS[target] if isinstance(target, str) else target
+        self._target = hlo2onnx.targets.get(target)
         self._opset = opset
         self._providers = tuple(providers)
         # donate_* are accepted for drop-in compatibility; ORT allocates fresh outputs anyway.
@@ -140,9 +145,9 @@ class MnjitFunction:
     def lower(self, *args, **kwargs) -> MnjitLowered:
         traced = self._jitted.trace(*args, **kwargs)
         lowered = traced.lower()
-        translator_model = hlo2onnx.translate(lowered.compiler_ir("stablehlo"), target=self._target,
-                                              opset=self._opset, name=getattr(self._fun, "__name__", "main"))
-        return MnjitLowered(traced, lowered, translator_model)
+        conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
+                                               opset=self._opset, name=getattr(self._fun, "__name__", "main"))
+        return MnjitLowered(traced, lowered, conversion.model, conversion)
 
     def _compile(self, args: tuple, kwargs: dict) -> _CacheEntry:
         lowered = self.lower(*args, **kwargs)

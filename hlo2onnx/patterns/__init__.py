@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from hlo2onnx.patterns import algebra, engine
+from hlo2onnx.patterns import algebra, attention, convolution, engine
 from hlo2onnx.patterns.cleanup import canonicalize, clean
 from hlo2onnx.patterns.fusions import fusion_rules
+from hlo2onnx.patterns.layout import sink_transposes
 from hlo2onnx.support import Target
 
 @dataclass
@@ -40,6 +41,19 @@ class Report:
                 f"fusions: {fired}")
 
 
+# The convolution rules, and the rules over ops other fusions make (BatchNormalization, Softmax), built
+# once per opset and target (tracing a pattern costs).
+_BUILT: dict[tuple, tuple[list, list]] = {}
+
+
+def _extra_rules(opset: int, target: Target) -> tuple[list, list]:
+    key = (opset, target.name)
+    if key not in _BUILT:
+        _BUILT[key] = (convolution.rules(opset, target),
+                       convolution.late_rules(opset, target) + attention.rules(opset, target))
+    return _BUILT[key]
+
+
 def optimize(model: ir.Model, target: Target) -> ir.Model:
     """Rewrites `model` in place and returns it."""
     optimize_report(model, target)
@@ -53,7 +67,14 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     opset = model.opset_imports.get("", 0)
     report = Report(nodes_before=sum(ops_before.values()), ops_before=dict(ops_before))
     canonicalize(model)
-    report.fusions = dict(engine.apply_rules(model, fusion_rules(model, opset, target)))
+    if sink_transposes(model):  # NHWC<->NCHW pairs around convolutions cancel; merge what that exposes
+        clean(model)
+    early, late = _extra_rules(opset, target)
+    fusions = engine.apply_rules(model, fusion_rules(model, opset, target) + early)
+    if any(node.op_type in ("BatchNormalization", "Softmax") for node in model.graph) and late:
+        clean(model)  # the first fusions leave dead nodes behind, and a pattern needs its values used only once
+        fusions += engine.apply_rules(model, late)
+    report.fusions = dict(fusions)
     report.rewrites = algebra.simplify(model)
     clean(model)
     report.rewrites += algebra.widen_broadcasts(model)

@@ -7,12 +7,14 @@ Here a rule is only tried at nodes of its pattern's root op type.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import onnx
 import onnx_ir as ir
 from onnxscript.optimizer import basic_constant_propagation
 from onnxscript.rewriter import _pattern_ir, pattern
+
+from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
 
 # Constants up to this size are handed to ONNX shape inference (Reshape/Expand read their shape input).
 _INFERENCE_DATA_LIMIT = 64
@@ -63,6 +65,7 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
             if initializer.name not in graph.initializers:
                 graph.register_initializer(initializer)
         basic_constant_propagation(delta.new_nodes)
+        inherit_sources(delta.match.nodes, delta.new_nodes, rule.name)
         ir.convenience.replace_nodes_and_values(graph, node, delta.match.nodes, delta.new_nodes,
                                                 delta.match.outputs, delta.new_outputs)
         infer_shapes(model, delta.new_nodes)
@@ -71,6 +74,21 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
                 by_op.setdefault(new.op_type, []).append(new)
         count += 1
     return count
+
+
+RULE = "hlo2onnx.rule"  # node metadata: the rewrite rule that made the node
+
+
+def inherit_sources(old: Sequence[ir.Node], new: Sequence[ir.Node], rule_name: str) -> None:
+    """New nodes name every StableHLO op (and the first source line) behind the nodes they replace."""
+    ops = sorted({op for node in old for op in node.metadata_props.get(SOURCE_OP, "").split(",") if op})
+    loc = next((node.metadata_props[SOURCE_LOC] for node in old if SOURCE_LOC in node.metadata_props), None)
+    for node in new:
+        if ops:
+            node.metadata_props[SOURCE_OP] = ",".join(ops)
+        if loc:
+            node.metadata_props[SOURCE_LOC] = loc
+        node.metadata_props[RULE] = rule_name
 
 
 def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counter:

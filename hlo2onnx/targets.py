@@ -1,0 +1,228 @@
+"""Target profiles: which ONNX ops and dtypes a backend accepts, and the check of a finished model against one.
+
+    mnjit(f, target="core")          hlo2onnx model.mlir --target ort-cuda
+
+- `ort-cpu`: ONNX Runtime's CPU provider; its kernel gaps are measured (support.py).
+- `ort-cuda`: ONNX Runtime's CUDA provider, from ORT's own kernel table
+  (docs/OperatorKernels.md, CUDAExecutionProvider, latest opset rows). It cannot
+  be tested without a GPU, so it is data only. A node CUDA has no kernel for
+  still runs, on ORT's CPU provider: the check lists such nodes, it does not refuse them.
+- `core`: a strict subset of the kind accelerator compilers accept: float32,
+  int32, int64 and bool tensors only, no control flow (Loop/If), and a fixed list
+  of common ops. A model with anything else is refused.
+
+Rules pick lowerings inside the profile (`Builder.typed` widens to a dtype the
+target runs, fusions only emit ops it has). `validate` then walks the final graph
+and names, for each node outside the profile, the StableHLO op and source line
+that produced it (the node metadata the translator writes).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import onnx_ir as ir
+from onnx_ir.tape import Tape
+
+from hlo2onnx.errors import Hlo2OnnxError
+from hlo2onnx.support import _D, ORT_CPU, Target
+from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
+
+# -- ORT CUDA: op -> the dtypes its kernel is registered for ---------------------------------------------
+_ALL = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 bfloat16"
+_NUMERIC = "int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 bfloat16"
+_FLOATS = "float16 float32 float64"
+_FLOATS_BF16 = _FLOATS + " bfloat16"
+_ORDERED = "float16 float32 float64 int32 int64 uint32 uint64"  # comparisons, Max/Min without bf16
+
+_ORT_CUDA_KERNELS = {
+    **{op: _NUMERIC for op in ("Abs", "Add", "Sub", "Mul", "Div", "Sign")},
+    **{op: "bool" for op in ("And", "Or", "Xor", "Not")},
+    **{op: _FLOATS for op in ("ArgMax", "ArgMin", "BatchNormalization", "Ceil", "Floor", "Round", "ConvTranspose",
+                              "Cos", "Sin", "Einsum", "LeakyRelu", "Log", "LogSoftmax", "Reciprocal", "Softplus",
+                              "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike")},
+    **{op: _FLOATS_BF16 for op in ("AveragePool", "Conv", "Erf", "Exp", "Gelu", "Gemm", "MatMul", "HardSigmoid",
+                                   "HardSwish", "IsInf", "IsNaN", "LayerNormalization", "RMSNormalization", "Relu",
+                                   "Sigmoid", "Sqrt", "Tanh", "Softmax")},
+    "Attention": "float16 float32 bfloat16",
+    **{op: _ALL for op in ("Cast", "Concat", "ConstantOfShape", "Expand", "Flatten", "Gather", "GatherElements",
+                           "Identity", "If", "Loop", "Reshape", "Shape", "Size", "Slice", "Split", "Squeeze",
+                           "Unsqueeze", "Transpose", "ScatterElements", "ScatterND", "Trilu")},
+    "Clip": "float16 float32 float64 int8 int64 uint8 uint64",
+    "CumSum": _ORDERED,
+    "Equal": "bool " + _ORDERED,
+    **{op: _ORDERED for op in ("Greater", "GreaterOrEqual", "Less", "LessOrEqual")},
+    **{op: _ORDERED + " bfloat16" for op in ("Max", "Min", "Mod")},
+    "GatherND": "bool int64 float16 float32 float64 bfloat16",
+    "MaxPool": "int8 uint8 " + _FLOATS,
+    "Neg": "int8 int16 int32 int64 " + _FLOATS_BF16,
+    "Pad": "bool " + _FLOATS,
+    "Pow": "int32 int64 " + _FLOATS_BF16,
+    "Range": "int16 int32 int64 float32 float64",
+    "ReduceMax": "int32 int64 " + _FLOATS,
+    "ReduceMin": "int8 uint8 int32 int64 " + _FLOATS,
+    **{op: "int32 " + _FLOATS for op in ("ReduceMean", "ReduceProd")},
+    "ReduceSum": "int32 int64 " + _FLOATS_BF16,
+    "Tile": "int32 int64 " + _FLOATS_BF16,
+    "TopK": "int32 int64 " + _FLOATS,
+    "Where": "uint8 int32 int64 " + _FLOATS_BF16,  # the value dtype; the condition is bool
+}
+# Not registered at all for CUDA (they fall back to CPU): BitShift, Bitwise*, Tan, Atan, Asin, Acos, Sinh, Cosh,
+# Asinh, Acosh, Atanh, Bernoulli, Multinomial, Swish.
+
+
+def _parse(spec: str) -> frozenset[np.dtype]:
+    return frozenset(_D[name] for name in spec.split())
+
+
+def _kernel_table(kernels: dict[str, str]) -> dict[str, frozenset[np.dtype]]:
+    everything = _parse(_ALL)
+    return {op: everything - _parse(spec) for op, spec in kernels.items()}
+
+
+ORT_CUDA = Target("ort-cuda", _kernel_table(_ORT_CUDA_KERNELS), bf16_compute=True,
+                  ops=frozenset(_ORT_CUDA_KERNELS), fallback=ORT_CPU,
+                  description="ONNX Runtime's CUDA provider (from ORT's kernel table; nodes it lacks run on CPU)")
+
+# -- core: what a typical accelerator compiler accepts ------------------------------------------------------
+_CORE_OPS = frozenset("""
+    Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast Ceil Clip Concat ConstantOfShape Conv
+    ConvTranspose Cos Div Equal Erf Exp Expand Flatten Floor Gather Gemm Greater GreaterOrEqual Identity
+    LayerNormalization Less LessOrEqual Log LogSoftmax MatMul Max MaxPool Min Mul Neg Not Or Pad Pow Range
+    Reciprocal ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice
+    Softmax Split Sqrt Squeeze Sub Tanh Tile Transpose Unsqueeze Where
+""".split())
+CORE = Target("core", {"MatMul": _parse("int32 int64 bool"), "Gemm": _parse("int32 int64 bool")},
+              ops=_CORE_OPS, dtypes=_parse("bool int32 int64 float32"), expanded=frozenset({"IsNaN", "IsInf"}),
+              description="a strict accelerator-compiler subset: f32/i32/i64/bool, no Loop/If, common ops only")
+
+TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE)}
+
+
+def get(target: str | Target) -> Target:
+    if isinstance(target, Target):
+        return target
+    if target not in TARGETS:
+        raise Hlo2OnnxError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
+    return TARGETS[target]
+
+
+# -- validation ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Violation:
+    """One node outside a target's profile, and the StableHLO op behind it."""
+
+    op_type: str
+    reason: str
+    source_op: str | None
+    where: str | None
+
+    def __str__(self) -> str:
+        source = f" from {self.source_op}" if self.source_op else ""
+        return f"{self.op_type} ({self.reason}){source}" + (f" at {self.where}" if self.where else "")
+
+
+class TargetError(Hlo2OnnxError):
+    """The model needs ops or dtypes the target does not accept."""
+
+    def __init__(self, target: Target, violations: list[Violation]):
+        self.target, self.violations = target, violations
+        counts = Counter(str(v) for v in violations)
+        lines = [f"{text}" + (f" [x{n}]" if n > 1 else "") for text, n in counts.items()]
+        super().__init__(f"target {target.name} cannot run {len(violations)} node(s): " + "; ".join(lines))
+
+
+# Ops whose kernel dtype is not their first input's (Where's first input is the bool condition).
+_TYPED_INPUT = {"Where": 1}
+
+
+def _kernel_dtype(node: ir.Node) -> np.dtype | None:
+    values = [v for v in node.inputs if v is not None] or list(node.outputs)
+    index = _TYPED_INPUT.get(node.op_type, 0)
+    value = values[index] if index < len(values) else values[0] if values else None
+    return None if value is None or value.dtype is None else np.dtype(value.dtype.numpy())
+
+
+def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
+    if node.domain not in ("", "ai.onnx"):
+        yield f"custom domain {node.domain}"
+        return
+    if target.ops is not None and node.op_type not in target.ops:
+        yield "no kernel"
+        return
+    if target.dtypes is not None:
+        bad = sorted({np.dtype(v.dtype.numpy()).name for v in [*node.inputs, *node.outputs]
+                      if v is not None and v.dtype is not None and np.dtype(v.dtype.numpy()) not in target.dtypes})
+        if bad:
+            yield f"dtype {', '.join(bad)} not accepted"
+            return
+    if target.ops is not None:  # a kernel table: check the op's dtype against it
+        dtype = _kernel_dtype(node)
+        if dtype is not None and not target.supports(node.op_type, dtype):
+            yield f"no kernel for {dtype.name}"
+
+
+def validate(model: ir.Model, target: Target) -> list[Violation]:
+    """Every node of `model` (subgraphs included) that `target` cannot run; empty for ORT CPU's own lowerings."""
+    found: list[Violation] = []
+    _validate_graph(model.graph, target, (None, None), found)
+    return found
+
+
+def _validate_graph(graph: ir.Graph, target: Target, outer: tuple[str | None, str | None],
+                    found: list[Violation]) -> None:
+    """`outer`: the source of the Loop/If holding `graph`, for body nodes a rule built without metadata."""
+    for node in graph:
+        source = (node.metadata_props[SOURCE_OP], node.metadata_props.get(SOURCE_LOC)) \
+            if SOURCE_OP in node.metadata_props else outer
+        found.extend(Violation(node.op_type, reason, *source) for reason in _reasons(node, target))
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                _validate_graph(attr.value, target, source, found)
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.value:
+                    _validate_graph(sub, target, source, found)
+
+
+def _expand_isnan(tape: Tape, x: ir.Value) -> ir.Value:
+    return tape.op("Not", [tape.op("Equal", [x, x])])
+
+
+def _expand_isinf(tape: Tape, x: ir.Value) -> ir.Value:
+    inf = tape.op("Constant", [], {"value": ir.tensor(np.asarray(np.inf, x.dtype.numpy()))})
+    return tape.op("Equal", [tape.op("Abs", [x]), inf])
+
+
+# Exact expansions into common ops, for the ops in a target's `expanded`. Applied after fusion, so the
+# fusion patterns (which look for IsNaN in max's NaN guard) still see the translator's own form.
+_EXPANSIONS = {"IsNaN": _expand_isnan, "IsInf": _expand_isinf}
+
+
+def legalize(model: ir.Model, target: Target) -> int:
+    """Replaces ops the target lacks by their exact expansions (main graph); returns how many."""
+    count = 0
+    for node in list(model.graph):
+        if node.op_type not in target.expanded or node.domain != "":
+            continue
+        expand = _EXPANSIONS[node.op_type]
+        tape = Tape()
+        result = expand(tape, node.inputs[0])
+        result.type, result.shape = node.outputs[0].type, node.outputs[0].shape
+        for new in tape.nodes:
+            new.metadata_props.update(node.metadata_props)
+        model.graph.insert_before(node, tape.nodes)
+        ir.convenience.replace_all_uses_with(node.outputs[0], result)
+        model.graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
+def check(model: ir.Model, target: Target) -> list[Violation]:
+    """Raises TargetError for a strict target (no fallback) the model does not fit; returns the fallbacks otherwise."""
+    legalize(model, target)
+    violations = validate(model, target)
+    if violations and target.fallback is None:
+        raise TargetError(target, violations)
+    return violations
