@@ -30,6 +30,8 @@ from jax import random  # noqa: E402
 from mnjit import mnjit  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "samples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_mnist import first_call, steady  # noqa: E402  one timing method for every benchmark
 
 
 def fire_case(n: int = 1000, dimension: int = 2, density: float = 0.8):
@@ -52,25 +54,6 @@ def cfd_case(inner: int, outer: int):
 
     rollout, v0 = build(inner, outer)
     return rollout, (v0,)
-
-
-def first_call(fn, *args) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - start
-
-
-def steady(fns: dict, args, rounds: int, calls: int) -> dict[str, float]:
-    """Median seconds per call; the candidates alternate within each round to share the machine's noise."""
-    samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                out = fn(*args)
-            jax.block_until_ready(out)
-            samples[name].append((time.perf_counter() - start) / calls)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def report(label: str, times: dict[str, float]) -> None:

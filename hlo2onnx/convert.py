@@ -28,6 +28,7 @@ from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.mlir_io import make_context, parse_module, prepare
+from hlo2onnx.translator import _unique  # one de-duplicating namer for graph inputs and outputs
 from hlo2onnx import targets
 from hlo2onnx.patterns import Report, optimize_report
 from hlo2onnx.report import ConversionReport
@@ -395,15 +396,6 @@ def _leaf_names(in_tree, count: int) -> list[str]:
         else:  # keyword: (SequenceKey(1), DictKey(name), ...)
             names.append(f"{rest[0].key}{jax.tree_util.keystr(rest[1:])}")
     return names
-
-
-def _unique(name: str, used: set[str]) -> str:
-    candidate, n = name, 0
-    while candidate in used:
-        n += 1
-        candidate = f"{name}_{n}"
-    used.add(candidate)
-    return candidate
 
 
 def _onnx_shape(shape) -> ir.Shape:
