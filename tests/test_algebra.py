@@ -77,6 +77,17 @@ CASES = [
     # An integer division made safe by a select stays safe: ORT fails on a zero divisor.
     (Case("int_safe_div", lambda x, y: jnp.where(y == 0, 0, x // jnp.where(y == 0, 1, y)), (ints, ints[::-1])), {}),
     (Case("int_rem_by_zero", lambda x, y: lax.rem(x, y), (ints, ints[:, ::-1])), {}),
+    (Case("add_neg", lambda x, y: x + (-jnp.exp(y)), (x64_, x64_[::-1])), {"Neg": 0, "Add": 0}),
+    (Case("sum_squares", lambda x: jnp.sum(x * x, axis=1), (x64_,)), {"Mul": 0, "ReduceSum": 0}),
+    (Case("norm", lambda x: jnp.linalg.norm(x, axis=-1), (x64_,)), {"Sqrt": 0, "ReduceL2": 1}),
+    (Case("norm_f64", lambda x: jnp.sqrt(jnp.sum(x * x, axis=0)), (x64_.astype(np.float64),), x64=True),
+     {"Sqrt": 0, "ReduceL2": 1}),
+    (Case("isinf", lambda x: jnp.where(jnp.isinf(x), 0.0, x), (special,)), {"Equal": 0, "Or": 0}),
+    (Case("nested_sums", lambda x: jnp.sum(jnp.sum(x, axis=1, keepdims=True), axis=1), (x64_,)), {"ReduceSum": 1}),
+    (Case("dense_bias", lambda x, w, b: jnp.dot(x, w) + b, (x64_, rand((8, 5), seed=3), rand((5,), seed=4))),
+     {"Reshape": 0, "Gemm": 1}),
+    (Case("dense_weight_grad", jax.grad(lambda w, x: jnp.sum(jnp.tanh(jnp.dot(x, w)))),
+          (rand((8, 5), seed=3), x64_)), {"Transpose": 0}),
 ]
 
 

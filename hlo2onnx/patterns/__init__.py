@@ -75,7 +75,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
         clean(model)  # the first fusions leave dead nodes behind, and a pattern needs its values used only once
         fusions += engine.apply_rules(model, late)
     report.fusions = dict(fusions)
-    report.rewrites = algebra.simplify(model)
+    report.rewrites = algebra.simplify(model, target)
     clean(model)
     report.rewrites += algebra.widen_broadcasts(model)
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.

@@ -18,7 +18,9 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.patterns.base import numpy_dtype
 from hlo2onnx.patterns.cleanup import all_graphs, const_array, remove_unused, static_shape
+from hlo2onnx.support import Target
 
 # Nodes whose output at each position depends only on their inputs at that position
 # (after broadcasting): a value's positions keep their meaning through them.
@@ -65,8 +67,12 @@ def _only_use(value: ir.Value) -> bool:
 class _Emitter:
     """Builds the replacement nodes in front of the node being rewritten."""
 
-    def __init__(self, graph: ir.Graph, anchor: ir.Node):
-        self.graph, self.anchor = graph, anchor
+    def __init__(self, graph: ir.Graph, anchor: ir.Node, target: Target | None = None):
+        self.graph, self.anchor, self.target = graph, anchor, target
+
+    def allows(self, op_type: str, like: ir.Value) -> bool:
+        """Whether the target runs `op_type` on `like`'s dtype (rules that emit a new op type ask first)."""
+        return self.target is None or self.target.supports(op_type, numpy_dtype(like))
 
     def __call__(self, op_type: str, *inputs: ir.Value, like: ir.Value, attrs: tuple = ()) -> ir.Value:
         node = ir.Node("", op_type, inputs, [ir.Attr(a.name, a.type, a.value) for a in attrs])
@@ -109,6 +115,16 @@ def _bool_equal(node: ir.Node, emit: _Emitter) -> ir.Value | None:
         if x.dtype == ir.DataType.BOOL and constant is not None and constant.dtype == np.bool_:
             return x if constant else emit("Not", x, like=node.outputs[0])
     return None
+
+
+def _equal(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """abs(x) == inf -> isinf(x) (jnp.isinf), and _bool_equal."""
+    for a, c in (node.inputs, node.inputs[::-1]):
+        magnitude, constant = _producer(a, "Abs"), _scalar(c)
+        if (magnitude is not None and constant is not None and constant.dtype.kind == "f" and constant == np.inf
+                and emit.allows("IsInf", magnitude.inputs[0])):
+            return emit("IsInf", magnitude.inputs[0], like=node.outputs[0])
+    return _bool_equal(node, emit)
 
 
 def _not(node: ir.Node, emit: _Emitter) -> ir.Value | None:
@@ -157,6 +173,15 @@ def _where(node: ir.Node, emit: _Emitter) -> ir.Value | None:
 
 
 def _add(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """a + (-b) -> a - b (exact), and _add_selects."""
+    for a, b in (node.inputs, node.inputs[::-1]):
+        negated = _producer(b, "Neg")
+        if negated is not None:
+            return emit("Sub", a, negated.inputs[0], like=node.outputs[0])
+    return _add_selects(node, emit)
+
+
+def _add_selects(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     """where(m, a, 0) + where(m, 0, d) -> where(m, a, d): the gradient of a select, summed back."""
     left, right = (_producer(v, "Where") for v in node.inputs)
     if left is None or right is None or left.inputs[0] is not right.inputs[0]:
@@ -171,13 +196,59 @@ def _add(node: ir.Node, emit: _Emitter) -> ir.Value | None:
 
 
 def _reduce_sum(node: ir.Node, emit: _Emitter) -> ir.Value | None:
-    """sum(-x) -> -sum(x): negation is exact, so the sum is the same; the Neg runs on the small result."""
-    negated = _producer(node.inputs[0], "Neg")
-    if negated is None or not _only_use(node.inputs[0]):
+    """sum(-x) -> -sum(x): negation is exact, so the sum is the same; the Neg runs on the small result.
+    sum(x * x) -> ReduceSumSquare(x): one pass instead of two (the same sum, up to its order)."""
+    attrs, x = tuple(node.attributes.values()), node.inputs[0]
+    negated, square = _producer(x, "Neg"), _producer(x, "Mul")
+    if negated is not None and _only_use(x):
+        total = emit("ReduceSum", negated.inputs[0], *node.inputs[1:], like=node.outputs[0], attrs=attrs)
+        return emit("Neg", total, like=node.outputs[0])
+    if (square is not None and square.inputs[0] is square.inputs[1] and _only_use(x)
+            and emit.allows("ReduceSumSquare", x)):
+        return emit("ReduceSumSquare", square.inputs[0], *node.inputs[1:], like=node.outputs[0], attrs=attrs)
+    return _merge_reduces(node, emit)
+
+
+def _merge_reduces(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """reduce(reduce(x, axes, keepdims=1), axes) -> reduce(x, axes): the outer one only drops size-1 dims."""
+    inner = _producer(node.inputs[0], node.op_type)
+    if inner is None or len(inner.inputs) < 2 or len(node.inputs) < 2 or not _only_use(node.inputs[0]):
         return None
-    total = emit("ReduceSum", negated.inputs[0], *node.inputs[1:], like=node.outputs[0],
-                 attrs=tuple(node.attributes.values()))
-    return emit("Neg", total, like=node.outputs[0])
+    keep = inner.attributes.get("keepdims")
+    axes, inner_axes = const_array(node.inputs[1]), const_array(inner.inputs[1])
+    rank = len(static_shape(inner.inputs[0]))
+    if (keep is not None and keep.as_int() != 1) or axes is None or inner_axes is None:
+        return None
+    if {int(a) % rank for a in axes.reshape(-1)} != {int(a) % rank for a in inner_axes.reshape(-1)}:
+        return None
+    return emit(node.op_type, inner.inputs[0], inner.inputs[1], like=node.outputs[0],
+                attrs=tuple(node.attributes.values()))
+
+
+def _sqrt(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """sqrt(ReduceSumSquare(x)) -> ReduceL2(x) (jnp.linalg.norm)."""
+    total = _producer(node.inputs[0], "ReduceSumSquare")
+    if total is None or not _only_use(node.inputs[0]) or not emit.allows("ReduceL2", node.outputs[0]):
+        return None
+    return emit("ReduceL2", *total.inputs, like=node.outputs[0], attrs=tuple(total.attributes.values()))
+
+
+def _or(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """(x == inf) or (x == -inf) -> isinf(x) (jnp.isinf, and isfinite through nan_to_num)."""
+    equals = [_producer(v, "Equal") for v in node.inputs]
+    if None in equals:
+        return None
+    found = []
+    for equal in equals:
+        for x, c in (equal.inputs, equal.inputs[::-1]):
+            constant = _scalar(c)
+            if constant is not None and constant.dtype.kind == "f" and np.isinf(constant):
+                found.append((x, float(constant)))
+                break
+    if (len(found) != 2 or found[0][0] is not found[1][0] or found[0][1] == found[1][1]
+            or not emit.allows("IsInf", found[0][0])):
+        return None
+    return emit("IsInf", found[0][0], like=node.outputs[0])
 
 
 # ORT's broadcasting loop calls its kernel once per contiguous run that both operands share:
@@ -203,9 +274,35 @@ def _widen_broadcast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return None
 
 
+def _gemm(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """Gemm(a, b, reshape(c, [1, n])) -> Gemm(a, b, c): Gemm's C broadcasts from [n] itself (Dense's bias)."""
+    if len(node.inputs) != 3 or node.inputs[2] is None:
+        return None
+    reshape, out = _producer(node.inputs[2], "Reshape"), static_shape(node.outputs[0])
+    bias = reshape.inputs[0] if reshape is not None else None
+    if bias is None or static_shape(bias) != out[1:] or static_shape(node.inputs[2]) != (1, out[1]):
+        return None
+    return emit("Gemm", *node.inputs[:2], bias, like=node.outputs[0], attrs=tuple(node.attributes.values()))
+
+
+def _transpose(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """Gemm(x, y)^T -> Gemm(y, x) with the transposes swapped: (op(x) op(y))^T = op(y)^T op(x)^T.
+    jax's gradient of a dense layer's weight comes out as dot(g^T, h) then a transpose."""
+    gemm, perm = _producer(node.inputs[0], "Gemm"), node.attributes.get("perm")
+    if gemm is None or len(gemm.inputs) != 2 or perm is None or list(perm.as_ints()) != [1, 0]:
+        return None
+    if not _only_use(node.inputs[0]):
+        return None
+    flags = {name: gemm.attributes[name].as_int() if name in gemm.attributes else 0 for name in ("transA", "transB")}
+    extra = tuple(a for a in gemm.attributes.values() if a.name not in flags)
+    swapped = (ir.AttrInt64("transA", 1 - flags["transB"]), ir.AttrInt64("transB", 1 - flags["transA"]))
+    return emit("Gemm", gemm.inputs[1], gemm.inputs[0], like=node.outputs[0], attrs=swapped + extra)
+
+
 _RULES: dict[str, Callable[[ir.Node, _Emitter], ir.Value | None]] = {
-    "Pow": _pow_one, "Equal": _bool_equal, "Not": _not, "And": _and, "Where": _where, "Add": _add,
-    "ReduceSum": _reduce_sum,
+    "Pow": _pow_one, "Equal": _equal, "Not": _not, "And": _and, "Where": _where, "Add": _add,
+    "ReduceSum": _reduce_sum, "ReduceMax": _merge_reduces, "ReduceMin": _merge_reduces, "Sqrt": _sqrt, "Or": _or,
+    "Gemm": _gemm, "Transpose": _transpose,
 }
 _WIDEN = dict.fromkeys(("Add", "Sub", "Mul", "Div"), _widen_broadcast)
 
@@ -215,13 +312,13 @@ def widen_broadcasts(model: ir.Model) -> int:
     return sum(rewrite(graph, _WIDEN) for graph in all_graphs(model.graph))
 
 
-def simplify(model: ir.Model) -> int:
+def simplify(model: ir.Model, target: Target | None = None) -> int:
     """Applies the rewrites to every graph of `model` until none applies; returns how many nodes went."""
     total = 0
     for _ in range(8):
         # Dominated selects first: merging nested selects changes the masks they are recognized by.
         changed = sum(drop_dominated_selects(graph) for graph in all_graphs(model.graph))
-        changed = changed or sum(rewrite(graph) for graph in all_graphs(model.graph))
+        changed = changed or sum(rewrite(graph, target=target) for graph in all_graphs(model.graph))
         if not changed:
             break
         for graph in all_graphs(model.graph):
@@ -230,7 +327,7 @@ def simplify(model: ir.Model) -> int:
     return total
 
 
-def rewrite(graph: ir.Graph, rules: dict | None = None) -> int:
+def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = None) -> int:
     """One sweep of the rules over `graph`; returns how many nodes were replaced."""
     count = 0
     for node in list(graph):
@@ -240,7 +337,7 @@ def rewrite(graph: ir.Graph, rules: dict | None = None) -> int:
         out = node.outputs[0]
         if static_shape(out) is None or any(v is None or static_shape(v) is None for v in node.inputs):
             continue
-        result = rule(node, _Emitter(graph, node))
+        result = rule(node, _Emitter(graph, node, target))
         # A value of another shape (one the node broadcast) cannot stand in; emitted nodes left unused go with DCE.
         if result is None or static_shape(result) != static_shape(out) or result.dtype != out.dtype:
             continue

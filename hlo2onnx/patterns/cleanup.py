@@ -72,10 +72,17 @@ def _splat_of(value: ir.Value) -> np.ndarray | None:
         flat = array.reshape(-1)
         return flat[0] if array.ndim > 0 and flat.size > 0 and (flat == flat[0]).all() else None
     producer = value.producer()
-    if producer is not None and producer.op_type == "ConstantOfShape" and producer.domain == "":
+    if producer is None or producer.domain != "":
+        return None
+    if producer.op_type == "ConstantOfShape":
         fill = producer.attributes.get("value")
         return fill.as_tensor().numpy().reshape(-1)[0] if fill is not None else np.float32(0)
+    if producer.op_type in ("Expand", "Reshape") and producer.inputs[0] is not None:
+        return _splat_of(producer.inputs[0])  # a splat stays one when broadcast or reshaped
     return None
+
+
+_RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten"})
 
 
 def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
@@ -99,6 +106,9 @@ def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
                 small = scalars.get(splat)
             elif producer is not None and producer.op_type == "Expand" and producer.domain == "":
                 small = producer.inputs[0]
+            elif (producer is not None and producer.op_type in _RESHAPES and producer.domain == ""
+                  and static_shape(producer.inputs[0]) is not None and np.prod(static_shape(producer.inputs[0])) == 1):
+                small = producer.inputs[0]  # one element broadcasts the same from any shape: a scalar's [1, 1]
             else:
                 continue
             shapes = [static_shape(v) for v in node.inputs]
