@@ -57,6 +57,7 @@ _ORT_CPU_MISSING = {
     "CumSum": "bool int8 int16 uint8 uint16 uint32 uint64",
     "Pad": "int16 uint16", "TopK": "bool uint16 uint32 uint64", "Clip": "bool",
     "Relu": "bool int16 int64 uint8 uint16 uint32 uint64",
+    "EyeLike": "bool int8 int16 uint8 uint16 uint32 float16",
     # Convolutions and pools: float kernels only, and no f64 Conv/ConvTranspose/AveragePool.
     "Conv": _FLOAT_ONLY + " float64", "ConvTranspose": _FLOAT_ONLY + " float64",
     "AveragePool": _FLOAT_ONLY + " float64", "MaxPool": "bool int16 int32 int64 uint16 uint32 uint64",

@@ -86,6 +86,15 @@ CASES = [
     (Case("nested_sums", lambda x: jnp.sum(jnp.sum(x, axis=1, keepdims=True), axis=1), (x64_,)), {"ReduceSum": 1}),
     (Case("dense_bias", lambda x, w, b: jnp.dot(x, w) + b, (x64_, rand((8, 5), seed=3), rand((5,), seed=4))),
      {"Reshape": 0, "Gemm": 1}),
+    (Case("big_eye", lambda x: x * (1.0 - jnp.eye(1100, 1000, -2)), (np.ones((1100, 1000), F32),)),
+     {"Range": 0, "Equal": 0, "EyeLike": 1}),
+    (Case("min_of_stack", lambda a, b: jnp.min(jnp.array([a * F32(1.1), b])), (F32(np.nan), F32(2.0))),
+     {"ReduceMin": 0, "IsNaN": 0, "Min": 1}),
+    (Case("max_of_stack", lambda a, b: jnp.max(jnp.stack([a, b, a * b]), axis=0), (x64_, x64_[::-1])),
+     {"ReduceMax": 0, "Max": 1}),
+    # f16 arithmetic runs in f32 and rounds after each op (support.py); selects of rounded values need no rounding.
+    (Case("f16_select_chain", lambda m, a, b: jnp.where(m, jnp.where(~m, a * b, a), b + a) * a,
+          (x64_ > 0, x64_.astype(np.float16), x64_[::-1].astype(np.float16))), {"Cast": 7}),
     (Case("dense_weight_grad", jax.grad(lambda w, x: jnp.sum(jnp.tanh(jnp.dot(x, w)))),
           (rand((8, 5), seed=3), x64_)), {"Transpose": 0}),
 ]

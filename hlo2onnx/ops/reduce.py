@@ -64,8 +64,14 @@ def reduce(ctx, *operands, dimensions):
         raise NotImplementedError(f"reduce with body {[op.operation.name for op in body.operations]}")
     reduce_op, combine_op = _REDUCERS[reducer]
     b = ctx.b
+    pieces = _single_slices(x, dimensions) if reduce_op in ("ReduceMax", "ReduceMin") else None
     if not dimensions:
         result = b.op("Identity", x)
+    elif pieces:
+        # max/min over a few concatenated slices (jnp.min(jnp.array([a, b]))): ONNX's variadic Max/Min
+        # propagate NaN as XLA does, so no NaN check is needed.
+        shape = b.shape_const(ctx.out_type.shape)
+        result = b.typed(combine_op, *(b.op("Reshape", piece, shape) for piece in pieces), dtype=dtype)
     else:
         result = b.typed(reduce_op, x, b.shape_const(dimensions), dtype=dtype, cast=(0,), keepdims=0)
         if reduce_op in ("ReduceMax", "ReduceMin") and is_float(dtype):
@@ -75,6 +81,22 @@ def reduce(ctx, *operands, dimensions):
     if is_bool(dtype):
         return b.op(combine_op, result, init)
     return b.typed(combine_op, result, init, dtype=dtype)
+
+
+_MAX_PIECES = 8
+
+
+def _single_slices(x, dimensions) -> list | None:
+    """The inputs of the Concat that made `x`, when it joined slices of size 1 along the one reduced dim."""
+    concat = x.producer()
+    if len(dimensions) != 1 or concat is None or concat.op_type != "Concat" or len(concat.inputs) > _MAX_PIECES:
+        return None
+    rank = len(x.shape)
+    if concat.attributes["axis"].as_int() % rank != dimensions[0]:
+        return None
+    if any(piece.shape is None or piece.shape[dimensions[0]] != 1 for piece in concat.inputs):
+        return None
+    return list(concat.inputs)
 
 
 def _propagate_nan(b, x, result, dimensions, dtype):

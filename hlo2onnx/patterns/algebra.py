@@ -18,8 +18,9 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.patterns import engine
 from hlo2onnx.patterns.base import numpy_dtype
-from hlo2onnx.patterns.cleanup import all_graphs, const_array, remove_unused, static_shape
+from hlo2onnx.patterns.cleanup import all_graphs, const_array, remove_unused, splat_of, static_shape
 from hlo2onnx.support import Target
 
 # Nodes whose output at each position depends only on their inputs at that position
@@ -69,6 +70,7 @@ class _Emitter:
 
     def __init__(self, graph: ir.Graph, anchor: ir.Node, target: Target | None = None):
         self.graph, self.anchor, self.target = graph, anchor, target
+        self.created: list[ir.Node] = []
 
     def allows(self, op_type: str, like: ir.Value) -> bool:
         """Whether the target runs `op_type` on `like`'s dtype (rules that emit a new op type ask first)."""
@@ -77,6 +79,7 @@ class _Emitter:
     def __call__(self, op_type: str, *inputs: ir.Value, like: ir.Value, attrs: tuple = ()) -> ir.Value:
         node = ir.Node("", op_type, inputs, [ir.Attr(a.name, a.type, a.value) for a in attrs])
         self.graph.insert_before(self.anchor, node)
+        self.created.append(node)
         out = node.outputs[0]
         out.type, out.shape = like.type, like.shape
         return out
@@ -97,6 +100,7 @@ class _Emitter:
         shape = np.broadcast_shapes(static_shape(a), static_shape(b))
         node = ir.Node("", op_type, [a, b])
         self.graph.insert_before(self.anchor, node)
+        self.created.append(node)
         node.outputs[0].type, node.outputs[0].shape = ir.TensorType(ir.DataType.BOOL), ir.Shape(shape)
         return node.outputs[0]
 
@@ -299,10 +303,85 @@ def _transpose(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return emit("Gemm", gemm.inputs[1], gemm.inputs[0], like=node.outputs[0], attrs=swapped + extra)
 
 
+# Ops whose every output element is one of their data inputs' elements: a value exactly representable in
+# a narrower float stays so through them. op -> which inputs are data (None: all).
+_PASS_VALUES = {"Where": (1, 2), "Neg": None, "Abs": None, "Max": None, "Min": None, "ReduceMax": (0,),
+                "ReduceMin": (0,), "Concat": None, "Reshape": (0,), "Squeeze": (0,), "Unsqueeze": (0,),
+                "Expand": (0,), "Transpose": (0,), "Slice": (0,), "Gather": (0,), "Identity": None, "Relu": None}
+
+
+def _fits_in(value: ir.Value, narrow: ir.DataType, memo: dict) -> bool:
+    """Whether every element of `value` is exactly representable in the float type `narrow`."""
+    if value in memo:
+        return memo[value]
+    memo[value] = False  # also what a cycle would give (graphs have none)
+    array, node = const_array(value), value.producer()
+    if array is not None:
+        back = array.astype(narrow.numpy()).astype(array.dtype)
+        fits = bool(np.all((back == array) | np.isnan(array)))
+    elif node is None or node.domain != "":
+        fits = False
+    elif node.op_type == "Cast":
+        fits = node.inputs[0].dtype == narrow
+    elif node.op_type in _PASS_VALUES:
+        positions = _PASS_VALUES[node.op_type] or range(len(node.inputs))
+        fits = all(node.inputs[i] is not None and _fits_in(node.inputs[i], narrow, memo) for i in positions)
+    else:
+        fits = False
+    memo[value] = fits
+    return fits
+
+
+def _iota(value: ir.Value) -> tuple[int, int] | None:
+    """(axis, offset) when a 2-D `value` counts along one axis from `offset`: reshape(range(s, l, 1)) + splat."""
+    node, shape = value.producer(), static_shape(value)
+    if node is None or node.domain != "" or shape is None or len(shape) != 2:
+        return None
+    if node.op_type == "Add":
+        for a, c in (node.inputs, node.inputs[::-1]):
+            found, splat = _iota(a), splat_of(c)
+            if found is not None and splat is not None and splat.dtype.kind in "iu":
+                return found[0], found[1] + int(splat)
+        return None
+    counting = _producer(node.inputs[0], "Range") if node.op_type == "Reshape" else None
+    start, delta = (_scalar(counting.inputs[i]) for i in (0, 2)) if counting is not None else (None, None)
+    if start is None or delta is None or delta != 1 or shape.count(1) != 1:
+        return None
+    return 1 - shape.index(1), int(start)
+
+
+def _eye(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """Cast(i + k == j) -> EyeLike(k): jnp.eye too large to fold, seven nodes at run time (jax-md's pair mask)."""
+    equal, out = _producer(node.inputs[0], "Equal"), static_shape(node.outputs[0])
+    if equal is None or len(out) != 2 or not emit.allows("EyeLike", node.outputs[0]):
+        return None
+    found = [_iota(v) for v in equal.inputs]
+    if None in found or {axis for axis, _ in found} != {0, 1}:
+        return None
+    (_, row), (_, col) = sorted(found)
+    zeros = emit("ConstantOfShape", emit.graph_shape(out), like=node.outputs[0])
+    zeros.type = ir.TensorType(ir.DataType.FLOAT)
+    return emit("EyeLike", zeros, like=node.outputs[0],
+                attrs=(ir.AttrInt64("dtype", node.outputs[0].dtype.value), ir.AttrInt64("k", row - col)))
+
+
+def _cast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """Cast(Cast(x, f16), f32) -> x when x holds f16 values already: the rounding the f16 results of ops
+    run in f32 get (support.py) is needed after arithmetic, not after a select or a max of such values."""
+    if node.inputs[0].dtype == ir.DataType.BOOL:
+        return _eye(node, emit)
+    inner = _producer(node.inputs[0], "Cast")
+    x = inner.inputs[0] if inner is not None else None
+    narrow = node.inputs[0].dtype
+    if x is None or narrow not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16) or x.dtype != node.outputs[0].dtype:
+        return None
+    return x if _fits_in(x, narrow, {}) else None
+
+
 _RULES: dict[str, Callable[[ir.Node, _Emitter], ir.Value | None]] = {
     "Pow": _pow_one, "Equal": _equal, "Not": _not, "And": _and, "Where": _where, "Add": _add,
     "ReduceSum": _reduce_sum, "ReduceMax": _merge_reduces, "ReduceMin": _merge_reduces, "Sqrt": _sqrt, "Or": _or,
-    "Gemm": _gemm, "Transpose": _transpose,
+    "Gemm": _gemm, "Transpose": _transpose, "Cast": _cast,
 }
 _WIDEN = dict.fromkeys(("Add", "Sub", "Mul", "Div"), _widen_broadcast)
 
@@ -337,7 +416,8 @@ def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = 
         out = node.outputs[0]
         if static_shape(out) is None or any(v is None or static_shape(v) is None for v in node.inputs):
             continue
-        result = rule(node, _Emitter(graph, node, target))
+        emit = _Emitter(graph, node, target)
+        result = rule(node, emit)
         # A value of another shape (one the node broadcast) cannot stand in; emitted nodes left unused go with DCE.
         if result is None or static_shape(result) != static_shape(out) or result.dtype != out.dtype:
             continue
@@ -350,6 +430,10 @@ def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = 
             result.name = name
         else:
             ir.convenience.replace_all_uses_with(out, result)
+        # The new nodes stand for the node and for the producers only it used.
+        feeding = [v.producer() for v in node.inputs if v is not None and v.producer() is not None
+                   and all(user is node for user, _ in v.uses())]
+        engine.inherit_sources([node, *feeding], emit.created, None)
         graph.remove(node, safe=True)
         count += 1
     return count

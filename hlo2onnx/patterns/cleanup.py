@@ -63,7 +63,7 @@ class ScalarConstants:
 _SPLAT_SCAN_LIMIT = 1 << 16
 
 
-def _splat_of(value: ir.Value) -> np.ndarray | None:
+def splat_of(value: ir.Value) -> np.ndarray | None:
     """The one value `value` holds everywhere, when it is a splat: ConstantOfShape or an all-equal constant."""
     if value.const_value is not None and value.const_value.size > _SPLAT_SCAN_LIMIT:
         return None
@@ -78,7 +78,7 @@ def _splat_of(value: ir.Value) -> np.ndarray | None:
         fill = producer.attributes.get("value")
         return fill.as_tensor().numpy().reshape(-1)[0] if fill is not None else np.float32(0)
     if producer.op_type in ("Expand", "Reshape") and producer.inputs[0] is not None:
-        return _splat_of(producer.inputs[0])  # a splat stays one when broadcast or reshaped
+        return splat_of(producer.inputs[0])  # a splat stays one when broadcast or reshaped
     return None
 
 
@@ -101,7 +101,7 @@ def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
             if x is None or static_shape(x) == ():
                 continue
             producer = x.producer()
-            splat = _splat_of(x)
+            splat = splat_of(x)
             if splat is not None:
                 small = scalars.get(splat)
             elif producer is not None and producer.op_type == "Expand" and producer.domain == "":

@@ -79,8 +79,10 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
 RULE = "hlo2onnx.rule"  # node metadata: the rewrite rule that made the node
 
 
-def inherit_sources(old: Sequence[ir.Node], new: Sequence[ir.Node], rule_name: str) -> None:
-    """New nodes name every StableHLO op (and the first source line) behind the nodes they replace."""
+def inherit_sources(old: Sequence[ir.Node], new: Sequence[ir.Node], rule_name: str | None) -> None:
+    """New nodes name every StableHLO op (and the first source line) behind the nodes they replace,
+    and the rule that made them (None: the first rule named by an old node, if any)."""
+    rule_name = rule_name or next((node.metadata_props[RULE] for node in old if RULE in node.metadata_props), None)
     ops = sorted({op for node in old for op in node.metadata_props.get(SOURCE_OP, "").split(",") if op})
     loc = next((node.metadata_props[SOURCE_LOC] for node in old if SOURCE_LOC in node.metadata_props), None)
     for node in new:
@@ -88,7 +90,8 @@ def inherit_sources(old: Sequence[ir.Node], new: Sequence[ir.Node], rule_name: s
             node.metadata_props[SOURCE_OP] = ",".join(ops)
         if loc:
             node.metadata_props[SOURCE_LOC] = loc
-        node.metadata_props[RULE] = rule_name
+        if rule_name:
+            node.metadata_props[RULE] = rule_name
 
 
 def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counter:
