@@ -202,11 +202,12 @@ def _flat(model: Model) -> tuple[list[np.ndarray], Callable]:
 
 
 def _ort_session(model_bytes: bytes):
+    """mnjit's own session settings, for both ONNX models (a fair race between the graphs)."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    from mnjit.runtime import session_options
+
+    return ort.InferenceSession(model_bytes, session_options(), providers=["CPUExecutionProvider"])
 
 
 def measure_mnjit(model: Model) -> Column:

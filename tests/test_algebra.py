@@ -95,6 +95,18 @@ CASES = [
     # f16 arithmetic runs in f32 and rounds after each op (support.py); selects of rounded values need no rounding.
     (Case("f16_select_chain", lambda m, a, b: jnp.where(m, jnp.where(~m, a * b, a), b + a) * a,
           (x64_ > 0, x64_.astype(np.float16), x64_[::-1].astype(np.float16))), {"Cast": 7}),
+    # Data movement composed (patterns/movement.py): one copy instead of two.
+    (Case("slice_slice", lambda x: x[2:14, 1:][1:5, ::1], (x64_,)), {"Slice": 1}),
+    (Case("slice_pad", lambda x: jnp.pad(x, 2, constant_values=7.0)[1:-1, 3:], (x64_,)), {"Slice": 0, "Pad": 1}),
+    (Case("slice_concat", lambda a, x: jnp.concatenate([a, x, a])[1:-1] * 2.0, (x64_[:1], x64_)),
+     {"Slice": 0, "Concat": 0}),
+    (Case("slice_concat_pieces", lambda a, x: jnp.concatenate([a, x, a, a])[1:17] + 1.0, (x64_[:1], x64_)),
+     {"Slice": 0, "Concat": 1}),
+    (Case("pad_pad", lambda x: jnp.pad(jnp.pad(x, 1) * 1.0, ((2, 0), (0, 3))), (x64_,)), {"Pad": 1}),
+    (Case("pad_slice", lambda x: jnp.pad(x[1:, :-2], ((0, 1), (2, 0)), constant_values=-1.0), (x64_,)),
+     {"Slice": 0, "Pad": 1}),
+    (Case("pad_slice_same_side", lambda x: jnp.pad(x[:-1], ((0, 1), (0, 0))), (x64_,)), {}),
+    (Case("reverse_size_one", lambda x: x[:, 3:4][:, ::-1] + 1.0, (x64_,)), {"Slice": 1}),
     (Case("dense_weight_grad", jax.grad(lambda w, x: jnp.sum(jnp.tanh(jnp.dot(x, w)))),
           (rand((8, 5), seed=3), x64_)), {"Transpose": 0}),
 ]

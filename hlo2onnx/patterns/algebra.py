@@ -378,7 +378,7 @@ def _cast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return x if _fits_in(x, narrow, {}) else None
 
 
-_RULES: dict[str, Callable[[ir.Node, _Emitter], ir.Value | None]] = {
+RULES: dict[str, Callable[[ir.Node, _Emitter], ir.Value | None]] = {
     "Pow": _pow_one, "Equal": _equal, "Not": _not, "And": _and, "Where": _where, "Add": _add,
     "ReduceSum": _reduce_sum, "ReduceMax": _merge_reduces, "ReduceMin": _merge_reduces, "Sqrt": _sqrt, "Or": _or,
     "Gemm": _gemm, "Transpose": _transpose, "Cast": _cast,
@@ -391,13 +391,13 @@ def widen_broadcasts(model: ir.Model) -> int:
     return sum(rewrite(graph, _WIDEN) for graph in all_graphs(model.graph))
 
 
-def simplify(model: ir.Model, target: Target | None = None) -> int:
+def simplify(model: ir.Model, target: Target | None = None, rules: dict | None = None) -> int:
     """Applies the rewrites to every graph of `model` until none applies; returns how many nodes went."""
     total = 0
     for _ in range(8):
         # Dominated selects first: merging nested selects changes the masks they are recognized by.
         changed = sum(drop_dominated_selects(graph) for graph in all_graphs(model.graph))
-        changed = changed or sum(rewrite(graph, target=target) for graph in all_graphs(model.graph))
+        changed = changed or sum(rewrite(graph, rules, target) for graph in all_graphs(model.graph))
         if not changed:
             break
         for graph in all_graphs(model.graph):
@@ -410,7 +410,7 @@ def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = 
     """One sweep of the rules over `graph`; returns how many nodes were replaced."""
     count = 0
     for node in list(graph):
-        rule = (_RULES if rules is None else rules).get(node.op_type)
+        rule = (RULES if rules is None else rules).get(node.op_type)
         if rule is None or node.graph is not graph or node.domain != "" or len(node.outputs) != 1:
             continue
         out = node.outputs[0]
