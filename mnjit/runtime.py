@@ -32,6 +32,18 @@ _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.comp
 _NO_DLPACK = frozenset({_BOOL, *_ML_DTYPES, *_COMPLEX_PAIRS})
 
 
+def _push_takes_bool_flag() -> bool:
+    """ORT <= 1.31 has OrtValueVector.push_back(capsule, is_bool); 1.32 dropped the flag."""
+    try:
+        _C.OrtValueVector().push_back(np.zeros(1, np.float32).__dlpack__(), False)
+        return True
+    except TypeError:
+        return False
+
+
+_PUSH_FLAG = _FAST_RUN and _push_takes_bool_flag()
+
+
 def session_options() -> ort.SessionOptions:
     options = ort.SessionOptions()
     # Measured: lower levels ran a CNN 1.4-1.6x slower; PARALLEL mode 1.8-19x slower.
@@ -52,6 +64,7 @@ class OrtRunner:
         self.in_dtypes = [np.dtype(d) for d in in_dtypes]
         self.out_avals = list(out_avals)
         self._weak = [i for i, aval in enumerate(self.out_avals) if getattr(aval, "weak_type", False)]
+        self._bool_out = {i for i, aval in enumerate(self.out_avals) if np.dtype(aval.dtype) == _BOOL}
         self._complex_out = {i: np.dtype(aval.dtype) for i, aval in enumerate(self.out_avals)
                              if np.dtype(aval.dtype) in _COMPLEX_PAIRS}
         self._device = jax.devices("cpu")[0]
@@ -74,7 +87,10 @@ class OrtRunner:
         keep_alive = []  # ortvalue_from_numpy does not own its buffer
         for leaf, dtype in zip(leaves, self.in_dtypes):
             if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype and dtype not in _NO_DLPACK:
-                feeds.push_back(leaf.__dlpack__(), False)
+                if _PUSH_FLAG:
+                    feeds.push_back(leaf.__dlpack__(), False)
+                else:
+                    feeds.push_back(leaf.__dlpack__())
                 continue
             # Bool does not cross DLPack into ORT, nor do ml_dtypes; numpy leaves may need
             # jax's dtype canonicalization (int64 -> int32 without x64). A view, not a copy, when dtypes agree.
@@ -98,7 +114,7 @@ class OrtRunner:
         return fetches
 
     def to_jax(self, fetches) -> list[jax.Array]:
-        bools = set(fetches.bool_tensor_indices())
+        bools = self._bool_out
         capsules = fetches.to_dlpacks(None)
         outputs = []
         for i, capsule in enumerate(capsules):
