@@ -1,0 +1,289 @@
+"""Symmetric eigendecomposition and SVD: the LAPACK custom calls syevd (jnp.linalg.eigh / eigvalsh) and gesdd
+(jnp.linalg.svd and what is built on it: pinv, lstsq, matrix_rank, norm(ord=2 / 'nuc'), cond).
+
+LAPACK reduces to tridiagonal / bidiagonal form first; ONNX has nothing like it, and a Jacobi method fits its
+tensor ops better: every rotation of a sweep's round touches a disjoint pair of indices, so one round is a
+handful of whole-tensor Gathers, and a Loop runs the rounds. The round-robin ("parallel") ordering pairs every
+index with every other once per sweep of n - 1 rounds (n rounds when n is odd: one index sits out each round).
+The Loop stops after a sweep without a rotation, or after _MAX_SWEEPS.
+
+- eigh: two-sided Jacobi on the symmetric matrix built from LAPACK's `uplo` triangle; a pair is rotated while
+  |a_pq| > eps sqrt(|a_pp a_qq|) (the relative test of Demmel and Veselic, with an absolute floor), and the
+  rotated a_pq is set to the zero it is in exact arithmetic, so the off-diagonal part reaches the test's floor.
+- gesdd: one-sided (Hestenes) Jacobi on the rows of A^T (A when wide): pairs are rotated until they are
+  orthogonal to eps sqrt(rows); the row norms are the singular values. U's columns for zero singular values, and
+  the extra ones of full_matrices, complete the others to an orthonormal basis by Householder QR.
+
+Eigenvectors and singular vectors are unique only up to sign (and within repeated values up to rotation): LAPACK
+fixes no sign either, so results agree with jax.jit up to a sign per vector (per U column / Vt row pair).
+Only the real routines (s/d) are translated; info is always 0 (Jacobi has no failure mode), so JAX's
+post-processing keeps the results.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from hlo2onnx.builder import Builder
+from hlo2onnx.ops.control_flow import _finish_subgraph, _graph_input
+from hlo2onnx.ops.linalg import _compute_dtype, _diagonal, _flat, _iota, _loop, _step, _transposed, _unflat
+from hlo2onnx.ops.shape import reshape_to
+from hlo2onnx.registry import register_custom_call
+from hlo2onnx.translator import set_type
+from hlo2onnx.types import TensorType
+
+_I64 = TensorType((), np.dtype(np.int64))
+_BOOL = TensorType((), np.dtype(np.bool_))
+# Cyclic Jacobi converges quadratically once off-diagonal entries are small; 6-10 sweeps are typical.
+_MAX_SWEEPS = 20
+
+
+@dataclass
+class _Round:
+    """One round of the schedule, inside the loop: index tensors of its pairs (p, q) and idle index."""
+    p: ir.Value  # (h,)
+    q: ir.Value  # (h,)
+    idle: ir.Value | None  # (1,) when n is odd
+    inverse: ir.Value  # (n,): position of each index in concat(p, q, idle)
+    p_cols: ir.Value  # (B, h, 1): p as a GatherElements index along the last axis
+    q_cols: ir.Value
+
+
+# (loop builder, round, carried values) -> (new carried values, (B, h, 1) mask of the rotated pairs)
+Rotation = Callable[[Builder, _Round, list[ir.Value]], tuple[list[ir.Value], ir.Value]]
+
+
+def _schedule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """Round-robin pairs (the circle method): p (rounds, h), q (rounds, h), idle (rounds, 1) or None, inverse."""
+    m = n + n % 2  # index n, when n is odd, is a dummy: its partner sits the round out
+    ps, qs, idles, inverses = [], [], [], []
+    for r in range(m - 1):
+        players = [0, *np.roll(np.arange(1, m), r)]
+        pairs = [(min(players[i], players[m - 1 - i]), max(players[i], players[m - 1 - i])) for i in range(m // 2)]
+        idle = [p for p, q in pairs if q == n]
+        pairs = [pair for pair in pairs if pair[1] != n]
+        p, q = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+        ps.append(p), qs.append(q), idles.append(idle), inverses.append(np.argsort(p + q + idle))
+    as_i64 = lambda rows: np.asarray(rows, np.int64)
+    return as_i64(ps), as_i64(qs), (as_i64(idles) if n % 2 else None), as_i64(inverses)
+
+
+def _jacobi(b: Builder, name: str, n: int, batch: int, inits: Sequence[ir.Value], types: Sequence[TensorType],
+            rotate: Rotation) -> list[ir.Value]:
+    """Runs round-robin rounds over n indices until a whole sweep rotates no pair (or _MAX_SWEEPS)."""
+    ps, qs, idles, inverses = _schedule(n)
+    rounds, h = ps.shape
+    sb = b.subgraph(name)
+    step, cond, was_active = _graph_input(_I64), _graph_input(_BOOL), _graph_input(_BOOL)
+    carried = [_graph_input(t) for t in types]
+    r = sb.op("Mod", step, sb.const(np.int64(rounds)))
+    p, q = sb.op("Gather", b.const(ps), r, axis=0), sb.op("Gather", b.const(qs), r, axis=0)
+    cols = lambda index: sb.op("Expand", reshape_to(sb, index, [1, h, 1]), sb.shape_const([batch, h, 1]))
+    rnd = _Round(p, q, None if idles is None else sb.op("Gather", b.const(idles), r, axis=0),
+                 sb.op("Gather", b.const(inverses), r, axis=0), cols(p), cols(q))
+    outs, rotated = rotate(sb, rnd, carried)
+    # `active`: a pair was rotated in this sweep so far; the loop goes on to the sweep's end, and past it if so.
+    any_rotated = sb.op("Greater", sb.op("ReduceMax", sb.cast(rotated, np.int32), keepdims=0),
+                        sb.const(np.int32(0)))
+    first, last = (sb.op("Equal", r, sb.const(np.int64(i))) for i in (0, rounds - 1))
+    active = sb.op("Or", any_rotated, sb.op("And", was_active, sb.op("Not", first)))
+    go_on = sb.op("Or", active, sb.op("Not", last))
+    graph = _finish_subgraph(sb, [step, cond, was_active, *carried], [go_on, active, *outs],
+                             [_BOOL, _BOOL, *types])
+    results = b.ops("Loop", b.const(np.int64(_MAX_SWEEPS * rounds)), b.const(np.bool_(True)),
+                    b.const(np.bool_(False)), *inits, body=graph, num_outputs=1 + len(types))
+    for value, ttype in zip(results[1:], types):
+        set_type(value, ttype)
+    set_type(results[0], _BOOL)
+    return list(results[1:])
+
+
+def _rotate_rows(b: Builder, xp: ir.Value, xq: ir.Value, c: ir.Value, s: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Rows p and q of J^T x: (c p - s q, s p + c q) for the round's rotations (c, s: (B, h, 1))."""
+    return (b.op("Sub", b.op("Mul", c, xp), b.op("Mul", s, xq)),
+            b.op("Add", b.op("Mul", s, xp), b.op("Mul", c, xq)))
+
+
+def _pair_rows(b: Builder, x: ir.Value, rnd: _Round) -> tuple[ir.Value, ir.Value]:
+    return b.op("Gather", x, rnd.p, axis=1), b.op("Gather", x, rnd.q, axis=1)
+
+
+def _put_back(b: Builder, x: ir.Value, rnd: _Round, new_p: ir.Value, new_q: ir.Value) -> ir.Value:
+    """x with rows p and q replaced: one Gather of the concatenated rows rather than two scatters."""
+    parts = [new_p, new_q] + ([] if rnd.idle is None else [b.op("Gather", x, rnd.idle, axis=1)])
+    return b.op("Gather", b.op("Concat", *parts, axis=1), rnd.inverse, axis=1)
+
+
+def _rotation(b: Builder, app: ir.Value, aqq: ir.Value, apq: ir.Value, rotate: ir.Value,
+              dtype: np.dtype) -> tuple[ir.Value, ir.Value]:
+    """(c, s) of the Jacobi rotation that zeroes apq of [[app, apq], [apq, aqq]] (Rutishauser's formulas);
+    (1, 0) where `rotate` is false."""
+    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    theta = b.op("Div", b.op("Sub", aqq, app), b.op("Mul", b.const(np.asarray(2, dtype)),
+                                                     b.op("Where", rotate, apq, one)))
+    sign = b.op("Where", b.op("Less", theta, zero), b.op("Neg", one), one)  # sign(0) is 1: a 45 degree turn
+    root = b.op("Sqrt", b.op("Add", b.op("Mul", theta, theta), one))
+    t = b.op("Where", rotate, b.op("Div", sign, b.op("Add", b.op("Abs", theta), root)), zero)
+    c = b.op("Reciprocal", b.op("Sqrt", b.op("Add", b.op("Mul", t, t), one)))
+    return c, b.op("Mul", t, c)
+
+
+def _sort_rows(b: Builder, keys: ir.Value, rows: Sequence[ir.Value], k: int, largest: bool
+               ) -> tuple[ir.Value, list[ir.Value]]:
+    """keys (B, k) sorted, and the (B, k, cols) `rows` in the same order."""
+    values, order = b.ops("TopK", keys, b.shape_const([k]), axis=1, largest=int(largest), sorted=1, num_outputs=2)
+    order = b.op("Unsqueeze", order, b.shape_const([2]))
+    return values, [b.op("GatherElements", x, b.op("Expand", order, b.op("Shape", x)), axis=1) for x in rows]
+
+
+def _eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
+    return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
+
+
+# -- eigh ------------------------------------------------------------------------------------------------
+@register_custom_call("lapack_ssyevd_ffi", "lapack_dsyevd_ffi")
+def syevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
+    """Eigenvalues ascending, eigenvectors as columns; only the `uplo` triangle is read. Mode 'N' computes the
+    vectors too (LAPACK leaves garbage there)."""
+    b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
+    dtype = _compute_dtype(t_values.dtype)
+    n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
+    x = _flat(b, a, ctx.in_types[0], 2, dtype)
+    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
+    triangle = b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
+    x = b.op("Where", triangle, x, _transposed(b, x))
+    w = _eye(b, batch, n, dtype)  # rows: the eigenvectors
+    if n > 1:
+        x, w = _jacobi_eigh(b, x, w, batch, n, dtype)
+    values, (w,) = _sort_rows(b, _diagonal(b, x, n, n, dtype), [w], n, largest=False)
+    return (_unflat(b, _transposed(b, w), t_vectors), _unflat(b, values, t_values),
+            b.splat(0, np.int32, t_info.shape))
+
+
+def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype: np.dtype):
+    """Two-sided Jacobi: a -> J^T a J, w -> J^T w each round, until a is diagonal to working precision."""
+    eps = b.const(np.asarray(np.finfo(dtype).eps, dtype))
+    zero = b.const(np.zeros((), dtype))
+    # An absolute floor under the relative test (eps^2 ||a||_F): no rotations of underflowing noise.
+    floor = b.op("Mul", b.op("Mul", eps, eps),
+                 b.op("Sqrt", b.op("ReduceSumSquare", a, b.shape_const([1, 2]), keepdims=1)))
+
+    def rotate(sb: Builder, rnd: _Round, carried: list[ir.Value]):
+        a, w = carried
+        ap, aq = _pair_rows(sb, a, rnd)
+        app, apq = (sb.op("GatherElements", ap, i, axis=2) for i in (rnd.p_cols, rnd.q_cols))
+        aqq = sb.op("GatherElements", aq, rnd.q_cols, axis=2)
+        size = sb.op("Abs", apq)
+        scale = sb.op("Mul", sb.op("Sqrt", sb.op("Abs", app)), sb.op("Sqrt", sb.op("Abs", aqq)))
+        rotated = sb.op("And", sb.op("Greater", size, sb.op("Mul", eps, scale)), sb.op("Greater", size, floor))
+        c, s = _rotation(sb, app, aqq, apq, rotated, dtype)
+        # a J^T... as rows: x = J^T a, then J^T x^T = J^T a J (a is symmetric).
+        x = _transposed(sb, _put_back(sb, a, rnd, *_rotate_rows(sb, ap, aq, c, s)))
+        new_p, new_q = _rotate_rows(sb, *_pair_rows(sb, x, rnd), c, s)
+        # The rotated a_pq is zero in exact arithmetic; what rounding leaves would be rotated again and again.
+        new_p, new_q = (sb.op("ScatterElements", rows, cols, sb.op(
+            "Where", rotated, zero, sb.op("GatherElements", rows, cols, axis=2)), axis=2)
+            for rows, cols in ((new_p, rnd.q_cols), (new_q, rnd.p_cols)))
+        a = _put_back(sb, x, rnd, new_p, new_q)
+        w = _put_back(sb, w, rnd, *_rotate_rows(sb, *_pair_rows(sb, w, rnd), c, s))
+        return [a, w], rotated
+
+    full = TensorType((batch, n, n), dtype)
+    return _jacobi(b, "syevd", n, batch, [a, w], [full, full], rotate)
+
+
+# -- SVD -------------------------------------------------------------------------------------------------
+@register_custom_call("lapack_sgesdd_ffi", "lapack_dgesdd_ffi")
+def gesdd(ctx, a, *, mode: int):
+    """Singular values descending; mode 'A': full U and Vt, 'S': min(m, n) of them, 'N': none (zeros)."""
+    b, (_, t_s, t_u, t_vt, t_info) = ctx.b, ctx.out_types
+    if mode not in (ord("A"), ord("S"), ord("N")):
+        raise NotImplementedError(f"@lapack_?gesdd_ffi with mode {chr(mode)!r} is not translated")
+    dtype = _compute_dtype(t_s.dtype)
+    *_, m, n = ctx.in_types[0].shape
+    batch, k, l = prod(ctx.in_types[0].shape[:-2]), min(m, n), max(m, n)
+    x = _flat(b, a, ctx.in_types[0], 2, dtype)
+    # The rows of A^T (of A, when wide) are orthogonalized: A^T = V S U^T (A = U S V^T).
+    rows = _transposed(b, x) if m >= n else x
+    vectors = mode != ord("N")
+    sigma, u_rows, w = _one_sided_jacobi(b, rows, batch, k, l, dtype, vectors)
+    info = b.splat(0, np.int32, t_info.shape)
+    if not vectors:  # LAPACK leaves U and Vt as they were
+        return a, _unflat(b, sigma, t_s), b.splat(0, t_u.dtype, t_u.shape), b.splat(0, t_vt.dtype, t_vt.shape), info
+    good = b.op("Greater", sigma, b.const(np.asarray(np.finfo(dtype).tiny, dtype)))
+    u_rows = _complete(b, u_rows, good, batch, k, l, l if mode == ord("A") else k, dtype)
+    u, vt = (_transposed(b, u_rows), w) if m >= n else (_transposed(b, w), u_rows)
+    return a, _unflat(b, sigma, t_s), _unflat(b, u, t_u), _unflat(b, vt, t_vt), info
+
+
+def _one_sided_jacobi(b: Builder, x: ir.Value, batch: int, k: int, l: int, dtype: np.dtype, vectors: bool):
+    """Hestenes' Jacobi on the (B, k, l) rows x, k <= l: -> singular values (B, k) descending, the unit rows of
+    their x (zero where the value is zero or tiny) and the rows of the accumulated rotation (B, k, k)."""
+    z = b.op("Concat", x, _eye(b, batch, k, dtype), axis=2) if vectors else x
+    if k > 1:
+        tol = b.const(np.asarray(np.finfo(dtype).eps * np.sqrt(l), dtype))
+        cols = b.shape_const([l])
+
+        def rotate(sb: Builder, rnd: _Round, carried: list[ir.Value]):
+            z, = carried
+            zp, zq = _pair_rows(sb, z, rnd)
+            xp, xq = ((sb.op("Slice", v, sb.shape_const([0]), cols, sb.shape_const([2])) if vectors else v)
+                      for v in (zp, zq))
+            axis = sb.shape_const([2])
+            alpha, beta = (sb.op("ReduceSumSquare", v, axis, keepdims=1) for v in (xp, xq))
+            gamma = sb.op("ReduceSum", sb.op("Mul", xp, xq), axis, keepdims=1)
+            scale = sb.op("Mul", tol, sb.op("Mul", sb.op("Sqrt", alpha), sb.op("Sqrt", beta)))
+            rotated = sb.op("Greater", sb.op("Abs", gamma), scale)
+            # The rotation that diagonalizes the pair's Gram matrix [[alpha, gamma], [gamma, beta]].
+            c, s = _rotation(sb, alpha, beta, gamma, rotated, dtype)
+            return [_put_back(sb, z, rnd, *_rotate_rows(sb, zp, zq, c, s))], rotated
+
+        z, = _jacobi(b, "gesdd", k, batch, [z], [TensorType((batch, k, l + k if vectors else l), dtype)], rotate)
+    x = b.op("Slice", z, b.shape_const([0]), b.shape_const([l]), b.shape_const([2])) if vectors else z
+    norms = b.op("Sqrt", b.op("ReduceSumSquare", x, b.shape_const([2]), keepdims=0))
+    if not vectors:
+        return _sort_rows(b, norms, [], k, largest=True)[0], None, None
+    w = b.op("Slice", z, b.shape_const([l]), b.shape_const([l + k]), b.shape_const([2]))
+    sigma, (x, w) = _sort_rows(b, norms, [x, w], k, largest=True)
+    tiny = b.const(np.asarray(np.finfo(dtype).tiny, dtype))
+    good = b.op("Unsqueeze", b.op("Greater", sigma, tiny), b.shape_const([2]))
+    unit = b.op("Div", x, b.op("Unsqueeze", b.op("Where", b.op("Squeeze", good, b.shape_const([2])), sigma,
+                                                 b.const(np.ones((), dtype))), b.shape_const([2])))
+    return sigma, b.op("Where", good, unit, b.const(np.zeros((), dtype))), w
+
+
+def _complete(b: Builder, rows: ir.Value, good: ir.Value, batch: int, k: int, l: int, count: int,
+              dtype: np.dtype) -> ir.Value:
+    """`count` orthonormal rows of length l: the (B, k, l) `rows` where `good` (the first ones), then rows
+    orthogonal to them, from the Householder QR of rows^T: its Q's columns past the good ones."""
+    row = _iota(b, l, (l, 1))
+    zero = b.const(np.zeros((), dtype))
+
+    def body(sb: Builder, j: ir.Value, carried: list[ir.Value]):
+        r, q = carried
+        x = sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", r, _step(sb, j), axis=2), zero)
+        alpha = sb.op("Gather", x, _step(sb, j), axis=1)
+        norm = sb.op("Sqrt", sb.op("ReduceSumSquare", x, sb.shape_const([1]), keepdims=1))
+        beta = sb.op("Where", sb.op("Less", alpha, zero), norm, sb.op("Neg", norm))  # -sign(alpha) ||x||
+        v = sb.op("Where", sb.op("Equal", row, j), sb.op("Sub", alpha, beta), x)
+        vv = sb.op("ReduceSumSquare", v, sb.shape_const([1]), keepdims=1)
+        # H = I - (2 / v^T v) v v^T; a zero column (a zero singular value) leaves H = I.
+        two = sb.const(np.asarray(2, dtype))
+        scale = sb.op("Where", sb.op("Equal", vv, zero), zero,
+                      sb.op("Div", two, sb.op("Where", sb.op("Equal", vv, zero), two, vv)))
+        sv = sb.op("Mul", scale, v)
+        r = sb.op("Sub", r, sb.op("MatMul", sv, sb.op("MatMul", _transposed(sb, v), r)))
+        q = sb.op("Sub", q, sb.op("MatMul", sb.op("MatMul", q, v), _transposed(sb, sv)))
+        return [r, q], []
+
+    _, q = _loop(b, "svd_complete", k, [_transposed(b, rows), _eye(b, batch, l, dtype)],
+                 [TensorType((batch, l, k), dtype), TensorType((batch, l, l), dtype)], body)
+    basis = b.op("Slice", _transposed(b, q), b.shape_const([0]), b.shape_const([count]), b.shape_const([1]))
+    if count > k:
+        rows = b.op("Concat", rows, b.splat(0, dtype, (batch, count - k, l)), axis=1)
+        good = b.op("Concat", good, b.splat(False, np.bool_, (batch, count - k)), axis=1)
+    return b.op("Where", b.op("Unsqueeze", good, b.shape_const([2])), rows, basis)
