@@ -16,8 +16,8 @@ The Loop stops after a sweep without a rotation, or after _MAX_SWEEPS.
 
 Eigenvectors and singular vectors are unique only up to sign (and within repeated values up to rotation): LAPACK
 fixes no sign either, so results agree with jax.jit up to a sign per vector (per U column / Vt row pair).
-Only the real routines (s/d) are translated; info is always 0 (Jacobi has no failure mode), so JAX's
-post-processing keeps the results.
+Only the real routines (s/d) are translated. Jacobi has no failure mode: info is 0 unless the input holds a NaN
+or infinity (see _info).
 """
 from __future__ import annotations
 
@@ -140,6 +140,14 @@ def _sort_rows(b: Builder, keys: ir.Value, rows: Sequence[ir.Value], k: int, lar
     return values, [b.op("GatherElements", x, b.op("Expand", order, b.op("Shape", x)), axis=1) for x in rows]
 
 
+def _info(b: Builder, x: ir.Value, dtype: np.dtype, ttype: TensorType) -> ir.Value:
+    """LAPACK's info: 0, or 1 for a (B, r, c) input with a NaN or infinity (x - x is NaN there), on which JAX
+    reports all-NaN results; Jacobi itself cannot fail."""
+    bad = b.op("Not", b.op("Equal", b.op("Sub", x, x), b.const(np.zeros((), dtype))))
+    return reshape_to(b, b.op("ReduceMax", b.cast(bad, np.int32), b.shape_const([1, 2]), keepdims=0),
+                      list(ttype.shape))
+
+
 def _eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
     return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
 
@@ -157,11 +165,11 @@ def syevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     triangle = b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
     x = b.op("Where", triangle, x, _transposed(b, x))
     w = _eye(b, batch, n, dtype)  # rows: the eigenvectors
+    info = _info(b, x, dtype, t_info)
     if n > 1:
         x, w = _jacobi_eigh(b, x, w, batch, n, dtype)
     values, (w,) = _sort_rows(b, _diagonal(b, x, n, n, dtype), [w], n, largest=False)
-    return (_unflat(b, _transposed(b, w), t_vectors), _unflat(b, values, t_values),
-            b.splat(0, np.int32, t_info.shape))
+    return _unflat(b, _transposed(b, w), t_vectors), _unflat(b, values, t_values), info
 
 
 def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype: np.dtype):
@@ -181,7 +189,7 @@ def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype
         scale = sb.op("Mul", sb.op("Sqrt", sb.op("Abs", app)), sb.op("Sqrt", sb.op("Abs", aqq)))
         rotated = sb.op("And", sb.op("Greater", size, sb.op("Mul", eps, scale)), sb.op("Greater", size, floor))
         c, s = _rotation(sb, app, aqq, apq, rotated, dtype)
-        # a J^T... as rows: x = J^T a, then J^T x^T = J^T a J (a is symmetric).
+        # x = J^T a (row rotations), then J^T x^T = J^T a J (a is symmetric).
         x = _transposed(sb, _put_back(sb, a, rnd, *_rotate_rows(sb, ap, aq, c, s)))
         new_p, new_q = _rotate_rows(sb, *_pair_rows(sb, x, rnd), c, s)
         # The rotated a_pq is zero in exact arithmetic; what rounding leaves would be rotated again and again.
@@ -197,7 +205,7 @@ def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype
 
 
 # -- SVD -------------------------------------------------------------------------------------------------
-@register_custom_call("lapack_sgesdd_ffi", "lapack_dgesdd_ffi")
+@register_custom_call("lapack_sgesdd_ffi", "lapack_dgesdd_ffi", "lapack_sgesvd_ffi", "lapack_dgesvd_ffi")
 def gesdd(ctx, a, *, mode: int):
     """Singular values descending; mode 'A': full U and Vt, 'S': min(m, n) of them, 'N': none (zeros)."""
     b, (_, t_s, t_u, t_vt, t_info) = ctx.b, ctx.out_types
@@ -210,11 +218,10 @@ def gesdd(ctx, a, *, mode: int):
     # The rows of A^T (of A, when wide) are orthogonalized: A^T = V S U^T (A = U S V^T).
     rows = _transposed(b, x) if m >= n else x
     vectors = mode != ord("N")
-    sigma, u_rows, w = _one_sided_jacobi(b, rows, batch, k, l, dtype, vectors)
-    info = b.splat(0, np.int32, t_info.shape)
+    sigma, u_rows, w, good = _one_sided_jacobi(b, rows, batch, k, l, dtype, vectors)
+    info = _info(b, x, dtype, t_info)
     if not vectors:  # LAPACK leaves U and Vt as they were
         return a, _unflat(b, sigma, t_s), b.splat(0, t_u.dtype, t_u.shape), b.splat(0, t_vt.dtype, t_vt.shape), info
-    good = b.op("Greater", sigma, b.const(np.asarray(np.finfo(dtype).tiny, dtype)))
     u_rows = _complete(b, u_rows, good, batch, k, l, l if mode == ord("A") else k, dtype)
     u, vt = (_transposed(b, u_rows), w) if m >= n else (_transposed(b, w), u_rows)
     return a, _unflat(b, sigma, t_s), _unflat(b, u, t_u), _unflat(b, vt, t_vt), info
@@ -222,7 +229,8 @@ def gesdd(ctx, a, *, mode: int):
 
 def _one_sided_jacobi(b: Builder, x: ir.Value, batch: int, k: int, l: int, dtype: np.dtype, vectors: bool):
     """Hestenes' Jacobi on the (B, k, l) rows x, k <= l: -> singular values (B, k) descending, the unit rows of
-    their x (zero where the value is zero or tiny) and the rows of the accumulated rotation (B, k, k)."""
+    their x (zero where the value is zero or subnormal), the rows of the accumulated rotation (B, k, k) and the
+    (B, k) mask of the values above zero (or, without vectors, the values only and Nones)."""
     z = b.op("Concat", x, _eye(b, batch, k, dtype), axis=2) if vectors else x
     if k > 1:
         tol = b.const(np.asarray(np.finfo(dtype).eps * np.sqrt(l), dtype))
@@ -246,14 +254,16 @@ def _one_sided_jacobi(b: Builder, x: ir.Value, batch: int, k: int, l: int, dtype
     x = b.op("Slice", z, b.shape_const([0]), b.shape_const([l]), b.shape_const([2])) if vectors else z
     norms = b.op("Sqrt", b.op("ReduceSumSquare", x, b.shape_const([2]), keepdims=0))
     if not vectors:
-        return _sort_rows(b, norms, [], k, largest=True)[0], None, None
+        return _sort_rows(b, norms, [], k, largest=True)[0], None, None, None
     w = b.op("Slice", z, b.shape_const([l]), b.shape_const([l + k]), b.shape_const([2]))
     sigma, (x, w) = _sort_rows(b, norms, [x, w], k, largest=True)
     tiny = b.const(np.asarray(np.finfo(dtype).tiny, dtype))
-    good = b.op("Unsqueeze", b.op("Greater", sigma, tiny), b.shape_const([2]))
-    unit = b.op("Div", x, b.op("Unsqueeze", b.op("Where", b.op("Squeeze", good, b.shape_const([2])), sigma,
-                                                 b.const(np.ones((), dtype))), b.shape_const([2])))
-    return sigma, b.op("Where", good, unit, b.const(np.zeros((), dtype))), w
+    good = b.op("Greater", sigma, tiny)
+    # A row of x with a zero norm is zero: it divides by 1 instead.
+    unit = b.op("Div", x, b.op("Unsqueeze", b.op("Where", good, sigma, b.const(np.ones((), dtype))),
+                               b.shape_const([2])))
+    keep = b.op("Unsqueeze", good, b.shape_const([2]))
+    return sigma, b.op("Where", keep, unit, b.const(np.zeros((), dtype))), w, good
 
 
 def _complete(b: Builder, rows: ir.Value, good: ir.Value, batch: int, k: int, l: int, count: int,
