@@ -238,11 +238,49 @@ def test_nan_input_gives_nan(case):
     run_case(case)
 
 
-@pytest.mark.parametrize("fun, target", [
-    (jnp.linalg.eigh, "lapack_cheevd_ffi"),
-    (jnp.linalg.svd, "lapack_cgesdd_ffi"),
-], ids=["eigh", "svd"])
-def test_complex_is_refused(fun, target):
-    a = (symmetric((4, 4)) + 1j * np.eye(4)).astype(np.complex64)
-    with pytest.raises(UnsupportedOpError, match=f"{target}.*complex LAPACK routines are not translated"):
-        mnjit(fun)(a)
+def test_complex_svd_is_refused():
+    a = (spread((4, 3)) + 1j).astype(np.complex64)
+    with pytest.raises(UnsupportedOpError, match="lapack_cgesdd_ffi.*complex LAPACK routines are not translated"):
+        mnjit(jnp.linalg.svd)(a)
+
+
+# -- complex Hermitian eigh (heevd) --------------------------------------------------------------------------
+def hermitian(shape, seed=0, dtype=np.complex64) -> np.ndarray:
+    """Q diag(d) Q^H with a random unitary Q and eigenvalues at least 0.5 apart."""
+    rng = np.random.default_rng(seed)
+    batch, n = shape[:-2], shape[-1]
+    out = np.empty(shape, np.complex128)
+    for index in np.ndindex(*batch):
+        q, _ = np.linalg.qr(rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n)))
+        out[index] = (q * rng.permutation(np.arange(n) - n / 2 + rng.uniform(0, 0.5, n))) @ q.conj().T
+    return out.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(np.complex64, id="c64"), pytest.param(np.complex128, id="c128")])
+@pytest.mark.parametrize("shape, uplo", [((1, 1), "L"), ((2, 2), "L"), ((3, 3), "U"), ((5, 5), "L"), ((8, 8), "U"),
+                                         ((16, 16), "L"), ((2, 3, 4, 4), "L")], ids=str)
+def test_eigh_hermitian(shape, uplo, dtype):
+    """Complex eigenvectors are unique up to a unit phase: each is compared after taking jax.jit's."""
+    a = hermitian(shape, seed=sum(shape), dtype=dtype)
+    a = a + 1j * np.where(np.tril(np.ones(shape[-2:]), -1 if uplo == "U" else 0) == (uplo == "U"), 3, 0)
+    x64 = dtype == np.complex128
+    (w, v), (w0, v0) = both(lambda a: jnp.linalg.eigh(a, UPLO=uplo, symmetrize_input=False), [a], x64)
+    value_tol, vector_tol = TOL[np.float64 if x64 else np.float32]
+    norm = np.abs(w0).max()
+    close(w, w0, value_tol * norm, "eigenvalues")
+    phases = np.sum(np.conj(v) * v0, axis=-2, keepdims=True)
+    close(v * phases / np.abs(phases), v0, vector_tol, "eigenvectors")
+    h = a.copy()  # the Hermitian matrix of the `uplo` triangle: the other one holds garbage (+3i)
+    h = np.where(np.tril(np.ones(shape[-2:], bool)) if uplo == "L" else np.triu(np.ones(shape[-2:], bool)), h,
+                 np.conj(np.swapaxes(h, -1, -2)))
+    close((v * w[..., None, :]) @ np.conj(np.swapaxes(v, -1, -2)), h, vector_tol * norm, "V diag(w) V^H")
+
+
+@pytest.mark.parametrize("case", [
+    Case("eigvalsh_c64", jnp.linalg.eigvalsh, [hermitian((2, 6, 6), seed=1)], tol=F32_TOL),
+    Case("eigvalsh_c128", jnp.linalg.eigvalsh, [hermitian((6, 6), seed=2, dtype=np.complex128)], tol=F64_TOL,
+         x64=True),
+    Case("eigh_c64_nan", jnp.linalg.eigh, [_nan_off_diagonal().astype(np.complex64)]),
+], ids=repr)
+def test_hermitian_built_on_heevd(case):
+    run_case(case)

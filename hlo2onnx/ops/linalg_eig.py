@@ -1,23 +1,26 @@
-"""Symmetric eigendecomposition and SVD: the LAPACK custom calls syevd (jnp.linalg.eigh / eigvalsh) and gesdd
-(jnp.linalg.svd and what is built on it: pinv, lstsq, matrix_rank, norm(ord=2 / 'nuc'), cond).
+"""Symmetric / Hermitian eigendecomposition and SVD: the LAPACK custom calls syevd and heevd (jnp.linalg.eigh /
+eigvalsh) and gesdd / gesvd (jnp.linalg.svd and what is built on it: pinv, lstsq, matrix_rank, norm(ord=2 /
+'nuc'), cond).
 
 LAPACK reduces to tridiagonal / bidiagonal form first; ONNX has nothing like it, and a Jacobi method fits its
 tensor ops better: every rotation of a sweep's round touches a disjoint pair of indices, so one round is a
 handful of whole-tensor Gathers, and a Loop runs the rounds. The round-robin ("parallel") ordering pairs every
 index with every other once per sweep of n - 1 rounds (n rounds when n is odd: one index sits out each round).
-The Loop stops after a sweep without a rotation, or after _MAX_SWEEPS.
+The Loop stops after a sweep without a rotation, or after _MAX_SWEEPS. Rotations are applied in Rutishauser's
+form (see _rotate_rows): results agree with LAPACK's to its own accuracy (a few eps times the norm).
 
 - eigh: two-sided Jacobi on the symmetric matrix built from LAPACK's `uplo` triangle; a pair is rotated while
   |a_pq| > eps sqrt(|a_pp a_qq|) (the relative test of Demmel and Veselic, with an absolute floor), and the
   rotated a_pq is set to the zero it is in exact arithmetic, so the off-diagonal part reaches the test's floor.
-- gesdd: one-sided (Hestenes) Jacobi on the rows of A^T (A when wide): pairs are rotated until they are
+  Complex Hermitian matrices (heevd) are held as (real, imag) planes; each rotation first turns a_pq real.
+- gesdd / gesvd: one-sided (Hestenes) Jacobi on the rows of A^T (A when wide): pairs are rotated until they are
   orthogonal to eps sqrt(rows); the row norms are the singular values. U's columns for zero singular values, and
   the extra ones of full_matrices, complete the others to an orthonormal basis by Householder QR.
 
-Eigenvectors and singular vectors are unique only up to sign (and within repeated values up to rotation): LAPACK
-fixes no sign either, so results agree with jax.jit up to a sign per vector (per U column / Vt row pair).
-Only the real routines (s/d) are translated. Jacobi has no failure mode: info is 0 unless the input holds a NaN
-or infinity (see _info).
+Eigenvectors and singular vectors are unique only up to sign (a unit phase for complex ones; within repeated
+values up to rotation), and LAPACK fixes none: results agree with jax.jit up to a sign per vector (per U column
+/ Vt row pair). Complex SVD (c/z gesdd) is not translated. Jacobi has no failure mode: info is 0 unless the
+input holds a NaN or infinity (see _info).
 """
 from __future__ import annotations
 
@@ -102,10 +105,15 @@ def _jacobi(b: Builder, name: str, n: int, batch: int, inits: Sequence[ir.Value]
     return list(results[1:])
 
 
-def _rotate_rows(b: Builder, xp: ir.Value, xq: ir.Value, c: ir.Value, s: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """Rows p and q of J^T x: (c p - s q, s p + c q) for the round's rotations (c, s: (B, h, 1))."""
-    return (b.op("Sub", b.op("Mul", c, xp), b.op("Mul", s, xq)),
-            b.op("Add", b.op("Mul", s, xp), b.op("Mul", c, xq)))
+def _rotate_rows(b: Builder, xp: ir.Value, xq: ir.Value, s: ir.Value, tau: ir.Value, yp: ir.Value | None = None,
+                 yq: ir.Value | None = None) -> tuple[ir.Value, ir.Value]:
+    """Rows p and q of J^T x: (c p - s q, s p + c q) for the round's rotations (s, tau: (B, h, 1)), in
+    Rutishauser's form p - s (q + tau p), q + s (p - tau q), tau = s / (1 + c): late rotations are tiny, and
+    this rounds only their small corrections, not every entry (which costs digits over the sweeps). In the
+    corrections, `yp` and `yq` (phase-shifted rows, for heevd) replace p and q."""
+    yp, yq = xp if yp is None else yp, xq if yq is None else yq
+    return (b.op("Sub", xp, b.op("Mul", s, b.op("Add", yq, b.op("Mul", tau, xp)))),
+            b.op("Add", xq, b.op("Mul", s, b.op("Sub", yp, b.op("Mul", tau, xq)))))
 
 
 def _pair_rows(b: Builder, x: ir.Value, rnd: _Round) -> tuple[ir.Value, ir.Value]:
@@ -120,8 +128,8 @@ def _put_back(b: Builder, x: ir.Value, rnd: _Round, new_p: ir.Value, new_q: ir.V
 
 def _rotation(b: Builder, app: ir.Value, aqq: ir.Value, apq: ir.Value, rotate: ir.Value,
               dtype: np.dtype) -> tuple[ir.Value, ir.Value]:
-    """(c, s) of the Jacobi rotation that zeroes apq of [[app, apq], [apq, aqq]] (Rutishauser's formulas);
-    (1, 0) where `rotate` is false."""
+    """(s, tau) of the Jacobi rotation (c, s) that zeroes apq of [[app, apq], [apq, aqq]], tau = s / (1 + c)
+    (Rutishauser's formulas); (0, 0), the identity, where `rotate` is false."""
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
     theta = b.op("Div", b.op("Sub", aqq, app), b.op("Mul", b.const(np.asarray(2, dtype)),
                                                      b.op("Where", rotate, apq, one)))
@@ -129,7 +137,8 @@ def _rotation(b: Builder, app: ir.Value, aqq: ir.Value, apq: ir.Value, rotate: i
     root = b.op("Sqrt", b.op("Add", b.op("Mul", theta, theta), one))
     t = b.op("Where", rotate, b.op("Div", sign, b.op("Add", b.op("Abs", theta), root)), zero)
     c = b.op("Reciprocal", b.op("Sqrt", b.op("Add", b.op("Mul", t, t), one)))
-    return c, b.op("Mul", t, c)
+    s = b.op("Mul", t, c)
+    return s, b.op("Div", s, b.op("Add", one, c))
 
 
 def _sort_rows(b: Builder, keys: ir.Value, rows: Sequence[ir.Value], k: int, largest: bool
@@ -188,20 +197,98 @@ def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype
         size = sb.op("Abs", apq)
         scale = sb.op("Mul", sb.op("Sqrt", sb.op("Abs", app)), sb.op("Sqrt", sb.op("Abs", aqq)))
         rotated = sb.op("And", sb.op("Greater", size, sb.op("Mul", eps, scale)), sb.op("Greater", size, floor))
-        c, s = _rotation(sb, app, aqq, apq, rotated, dtype)
+        s, tau = _rotation(sb, app, aqq, apq, rotated, dtype)
         # x = J^T a (row rotations), then J^T x^T = J^T a J (a is symmetric).
-        x = _transposed(sb, _put_back(sb, a, rnd, *_rotate_rows(sb, ap, aq, c, s)))
-        new_p, new_q = _rotate_rows(sb, *_pair_rows(sb, x, rnd), c, s)
+        x = _transposed(sb, _put_back(sb, a, rnd, *_rotate_rows(sb, ap, aq, s, tau)))
+        new_p, new_q = _rotate_rows(sb, *_pair_rows(sb, x, rnd), s, tau)
         # The rotated a_pq is zero in exact arithmetic; what rounding leaves would be rotated again and again.
         new_p, new_q = (sb.op("ScatterElements", rows, cols, sb.op(
             "Where", rotated, zero, sb.op("GatherElements", rows, cols, axis=2)), axis=2)
             for rows, cols in ((new_p, rnd.q_cols), (new_q, rnd.p_cols)))
         a = _put_back(sb, x, rnd, new_p, new_q)
-        w = _put_back(sb, w, rnd, *_rotate_rows(sb, *_pair_rows(sb, w, rnd), c, s))
+        w = _put_back(sb, w, rnd, *_rotate_rows(sb, *_pair_rows(sb, w, rnd), s, tau))
         return [a, w], rotated
 
     full = TensorType((batch, n, n), dtype)
     return _jacobi(b, "syevd", n, batch, [a, w], [full, full], rotate)
+
+
+@register_custom_call("lapack_cheevd_ffi", "lapack_zheevd_ffi")
+def heevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
+    """Hermitian eigh on the (real, imag) planes: like syevd, each rotation first turning a_pq real by a phase."""
+    b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
+    dtype = _compute_dtype(t_values.dtype)
+    n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
+    plane_type = TensorType(ctx.in_types[0].shape, dtype)
+    re, im = (_flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1))
+    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
+    triangle = b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
+    zero = b.const(np.zeros((), dtype))
+    # The Hermitian matrix of the triangle; LAPACK takes the diagonal as real.
+    re = b.op("Where", triangle, re, _transposed(b, re))
+    im = b.op("Where", b.op("Equal", row, col), zero, b.op("Where", triangle, im, b.op("Neg", _transposed(b, im))))
+    w_re, w_im = _eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))  # rows: conjugated eigenvectors
+    info = b.op("Max", _info(b, re, dtype, t_info), _info(b, im, dtype, t_info))
+    if n > 1:
+        re, im, w_re, w_im = _jacobi_heevd(b, [re, im, w_re, w_im], batch, n, dtype)
+    values, (w_re, w_im) = _sort_rows(b, _diagonal(b, re, n, n, dtype), [w_re, w_im], n, largest=False)
+    # V = W^H, joined into (real, imag) pairs.
+    planes = [b.op("Unsqueeze", x, b.shape_const([3]))
+              for x in (_transposed(b, w_re), b.op("Neg", _transposed(b, w_im)))]
+    vectors = reshape_to(b, b.op("Concat", *planes, axis=3), list(t_vectors.storage.shape))
+    return vectors, _unflat(b, values, t_values), info
+
+
+def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: np.dtype) -> list[ir.Value]:
+    """Two-sided Jacobi with the unitary U = D R D^H per pair: D = diag(1, conj(e)), e = a_pq / |a_pq|, makes
+    the pair's block real, R is the real rotation of [[a_pp, |a_pq|], [|a_pq|, a_qq]]; U^H a U zeroes a_pq."""
+    eps = b.const(np.asarray(np.finfo(dtype).eps, dtype))
+    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    size2 = b.op("Add", *(b.op("ReduceSumSquare", x, b.shape_const([1, 2]), keepdims=1) for x in inits[:2]))
+    floor = b.op("Mul", b.op("Mul", eps, eps), b.op("Sqrt", size2))
+
+    def rows_h(sb: Builder, rows: list[tuple[ir.Value, ir.Value]], s: ir.Value, tau: ir.Value,
+               e: tuple[ir.Value, ir.Value]) -> list[tuple[ir.Value, ir.Value]]:
+        """Rows p and q of U^H x from x's [(re_p, re_q), (im_p, im_q)], the same layout; e: (re, im) phases.
+        U^H's rows are (c p - s e q, s conj(e) p + c q): the phases enter the corrections only."""
+        (re_p, re_q), (im_p, im_q) = rows
+        e_q = (sb.op("Sub", sb.op("Mul", e[0], re_q), sb.op("Mul", e[1], im_q)),
+               sb.op("Add", sb.op("Mul", e[0], im_q), sb.op("Mul", e[1], re_q)))
+        conj_e_p = (sb.op("Add", sb.op("Mul", e[0], re_p), sb.op("Mul", e[1], im_p)),
+                    sb.op("Sub", sb.op("Mul", e[0], im_p), sb.op("Mul", e[1], re_p)))
+        return [_rotate_rows(sb, re_p, re_q, s, tau, conj_e_p[0], e_q[0]),
+                _rotate_rows(sb, im_p, im_q, s, tau, conj_e_p[1], e_q[1])]
+
+    def rotate(sb: Builder, rnd: _Round, carried: list[ir.Value]):
+        re, im, w_re, w_im = carried
+        rows = [_pair_rows(sb, x, rnd) for x in (re, im)]
+        app = sb.op("GatherElements", rows[0][0], rnd.p_cols, axis=2)
+        aqq = sb.op("GatherElements", rows[0][1], rnd.q_cols, axis=2)
+        b_re, b_im = (sb.op("GatherElements", r[0], rnd.q_cols, axis=2) for r in rows)
+        size = sb.op("Sqrt", sb.op("Add", sb.op("Mul", b_re, b_re), sb.op("Mul", b_im, b_im)))
+        scale = sb.op("Mul", sb.op("Sqrt", sb.op("Abs", app)), sb.op("Sqrt", sb.op("Abs", aqq)))
+        rotated = sb.op("And", sb.op("Greater", size, sb.op("Mul", eps, scale)), sb.op("Greater", size, floor))
+        safe = sb.op("Where", rotated, size, one)
+        e = (sb.op("Where", rotated, sb.op("Div", b_re, safe), one),
+             sb.op("Where", rotated, sb.op("Div", b_im, safe), zero))
+        s, tau = _rotation(sb, app, aqq, size, rotated, dtype)
+        # x = U^H a; then U^H x^H = U^H a U (a is Hermitian).
+        (p_re, q_re), (p_im, q_im) = rows_h(sb, rows, s, tau, e)
+        x = [_transposed(sb, _put_back(sb, re, rnd, p_re, q_re)),
+             sb.op("Neg", _transposed(sb, _put_back(sb, im, rnd, p_im, q_im)))]
+        (p_re, q_re), (p_im, q_im) = rows_h(sb, [_pair_rows(sb, v, rnd) for v in x], s, tau, e)
+        # The rotated a_pq is zero in exact arithmetic (see _jacobi_eigh).
+        zeroed = lambda rows, cols: sb.op("ScatterElements", rows, cols, sb.op(
+            "Where", rotated, zero, sb.op("GatherElements", rows, cols, axis=2)), axis=2)
+        p_re, p_im = zeroed(p_re, rnd.q_cols), zeroed(p_im, rnd.q_cols)
+        q_re, q_im = zeroed(q_re, rnd.p_cols), zeroed(q_im, rnd.p_cols)
+        new = [_put_back(sb, x[0], rnd, p_re, q_re), _put_back(sb, x[1], rnd, p_im, q_im)]
+        (p_re, q_re), (p_im, q_im) = rows_h(sb, [_pair_rows(sb, v, rnd) for v in (w_re, w_im)], s, tau, e)
+        new += [_put_back(sb, w_re, rnd, p_re, q_re), _put_back(sb, w_im, rnd, p_im, q_im)]
+        return new, rotated
+
+    full = TensorType((batch, n, n), dtype)
+    return _jacobi(b, "heevd", n, batch, inits, [full] * 4, rotate)
 
 
 # -- SVD -------------------------------------------------------------------------------------------------
@@ -247,8 +334,8 @@ def _one_sided_jacobi(b: Builder, x: ir.Value, batch: int, k: int, l: int, dtype
             scale = sb.op("Mul", tol, sb.op("Mul", sb.op("Sqrt", alpha), sb.op("Sqrt", beta)))
             rotated = sb.op("Greater", sb.op("Abs", gamma), scale)
             # The rotation that diagonalizes the pair's Gram matrix [[alpha, gamma], [gamma, beta]].
-            c, s = _rotation(sb, alpha, beta, gamma, rotated, dtype)
-            return [_put_back(sb, z, rnd, *_rotate_rows(sb, zp, zq, c, s))], rotated
+            s, tau = _rotation(sb, alpha, beta, gamma, rotated, dtype)
+            return [_put_back(sb, z, rnd, *_rotate_rows(sb, zp, zq, s, tau))], rotated
 
         z, = _jacobi(b, "gesdd", k, batch, [z], [TensorType((batch, k, l + k if vectors else l), dtype)], rotate)
     x = b.op("Slice", z, b.shape_const([0]), b.shape_const([l]), b.shape_const([2])) if vectors else z
