@@ -284,3 +284,14 @@ def test_eigh_hermitian(shape, uplo, dtype):
 ], ids=repr)
 def test_hermitian_built_on_heevd(case):
     run_case(case)
+
+
+@pytest.mark.parametrize("case", [
+    Case("eigh_empty_batch", jnp.linalg.eigh, [np.zeros((0, 3, 3), np.float32)]),
+    Case("eigh_0x0", jnp.linalg.eigh, [np.zeros((2, 0, 0), np.float32)]),
+    Case("eigh_complex_empty_batch", jnp.linalg.eigh, [np.zeros((0, 3, 3), np.complex64)]),
+    Case("svd_3x0", jnp.linalg.svd, [np.zeros((3, 0), np.float32)]),
+    Case("svd_empty_batch", jnp.linalg.svd, [np.zeros((0, 3, 2), np.float32)]),
+], ids=repr)
+def test_empty(case):
+    run_case(case)

@@ -157,6 +157,11 @@ def _info(b: Builder, x: ir.Value, dtype: np.dtype, ttype: TensorType) -> ir.Val
                       list(ttype.shape))
 
 
+def _empty(b: Builder, types: Sequence[TensorType]) -> list[ir.Value]:
+    """The results for an empty batch or 0 x 0 matrices: empty, and info 0 where there is a batch."""
+    return [b.splat(0, t.storage.dtype, t.storage.shape) for t in types]
+
+
 def _eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
     return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
 
@@ -169,6 +174,8 @@ def syevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
     dtype = _compute_dtype(t_values.dtype)
     n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
+    if batch * n == 0:
+        return _empty(b, ctx.out_types)
     x = _flat(b, a, ctx.in_types[0], 2, dtype)
     row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
     triangle = b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
@@ -219,6 +226,8 @@ def heevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
     dtype = _compute_dtype(t_values.dtype)
     n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
+    if batch * n == 0:
+        return _empty(b, ctx.out_types)
     plane_type = TensorType(ctx.in_types[0].shape, dtype)
     re, im = (_flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1))
     row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
