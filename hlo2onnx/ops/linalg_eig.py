@@ -141,6 +141,23 @@ def _rotation(b: Builder, app: ir.Value, aqq: ir.Value, apq: ir.Value, rotate: i
     return s, b.op("Div", s, b.op("Add", one, c))
 
 
+def _rotate_test(b: Builder, size: ir.Value, app: ir.Value, aqq: ir.Value, eps: ir.Value, floor: ir.Value
+                 ) -> ir.Value:
+    """Whether pairs with |a_pq| = size are rotated: above eps sqrt(|a_pp a_qq|) and the absolute floor."""
+    scale = b.op("Mul", b.op("Sqrt", b.op("Abs", app)), b.op("Sqrt", b.op("Abs", aqq)))
+    return b.op("And", b.op("Greater", size, b.op("Mul", eps, scale)), b.op("Greater", size, floor))
+
+
+def _zero_rotated(b: Builder, rows: tuple[ir.Value, ir.Value], rnd: _Round, rotated: ir.Value,
+                  zero: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """New rows p and q with a_pq and a_qp set to zero where rotated: they are in exact arithmetic, and what
+    rounding leaves would be rotated again and again."""
+    def zeroed(x, cols):
+        return b.op("ScatterElements", x, cols,
+                    b.op("Where", rotated, zero, b.op("GatherElements", x, cols, axis=2)), axis=2)
+    return zeroed(rows[0], rnd.q_cols), zeroed(rows[1], rnd.p_cols)
+
+
 def _sort_rows(b: Builder, keys: ir.Value, rows: Sequence[ir.Value], k: int, largest: bool
                ) -> tuple[ir.Value, list[ir.Value]]:
     """keys (B, k) sorted, and the (B, k, cols) `rows` in the same order."""
@@ -201,17 +218,11 @@ def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype
         ap, aq = _pair_rows(sb, a, rnd)
         app, apq = (sb.op("GatherElements", ap, i, axis=2) for i in (rnd.p_cols, rnd.q_cols))
         aqq = sb.op("GatherElements", aq, rnd.q_cols, axis=2)
-        size = sb.op("Abs", apq)
-        scale = sb.op("Mul", sb.op("Sqrt", sb.op("Abs", app)), sb.op("Sqrt", sb.op("Abs", aqq)))
-        rotated = sb.op("And", sb.op("Greater", size, sb.op("Mul", eps, scale)), sb.op("Greater", size, floor))
+        rotated = _rotate_test(sb, sb.op("Abs", apq), app, aqq, eps, floor)
         s, tau = _rotation(sb, app, aqq, apq, rotated, dtype)
         # x = J^T a (row rotations), then J^T x^T = J^T a J (a is symmetric).
         x = _transposed(sb, _put_back(sb, a, rnd, *_rotate_rows(sb, ap, aq, s, tau)))
-        new_p, new_q = _rotate_rows(sb, *_pair_rows(sb, x, rnd), s, tau)
-        # The rotated a_pq is zero in exact arithmetic; what rounding leaves would be rotated again and again.
-        new_p, new_q = (sb.op("ScatterElements", rows, cols, sb.op(
-            "Where", rotated, zero, sb.op("GatherElements", rows, cols, axis=2)), axis=2)
-            for rows, cols in ((new_p, rnd.q_cols), (new_q, rnd.p_cols)))
+        new_p, new_q = _zero_rotated(sb, _rotate_rows(sb, *_pair_rows(sb, x, rnd), s, tau), rnd, rotated, zero)
         a = _put_back(sb, x, rnd, new_p, new_q)
         w = _put_back(sb, w, rnd, *_rotate_rows(sb, *_pair_rows(sb, w, rnd), s, tau))
         return [a, w], rotated
@@ -275,8 +286,7 @@ def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: 
         aqq = sb.op("GatherElements", rows[0][1], rnd.q_cols, axis=2)
         b_re, b_im = (sb.op("GatherElements", r[0], rnd.q_cols, axis=2) for r in rows)
         size = sb.op("Sqrt", sb.op("Add", sb.op("Mul", b_re, b_re), sb.op("Mul", b_im, b_im)))
-        scale = sb.op("Mul", sb.op("Sqrt", sb.op("Abs", app)), sb.op("Sqrt", sb.op("Abs", aqq)))
-        rotated = sb.op("And", sb.op("Greater", size, sb.op("Mul", eps, scale)), sb.op("Greater", size, floor))
+        rotated = _rotate_test(sb, size, app, aqq, eps, floor)
         safe = sb.op("Where", rotated, size, one)
         e = (sb.op("Where", rotated, sb.op("Div", b_re, safe), one),
              sb.op("Where", rotated, sb.op("Div", b_im, safe), zero))
@@ -286,11 +296,8 @@ def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: 
         x = [_transposed(sb, _put_back(sb, re, rnd, p_re, q_re)),
              sb.op("Neg", _transposed(sb, _put_back(sb, im, rnd, p_im, q_im)))]
         (p_re, q_re), (p_im, q_im) = rows_h(sb, [_pair_rows(sb, v, rnd) for v in x], s, tau, e)
-        # The rotated a_pq is zero in exact arithmetic (see _jacobi_eigh).
-        zeroed = lambda rows, cols: sb.op("ScatterElements", rows, cols, sb.op(
-            "Where", rotated, zero, sb.op("GatherElements", rows, cols, axis=2)), axis=2)
-        p_re, p_im = zeroed(p_re, rnd.q_cols), zeroed(p_im, rnd.q_cols)
-        q_re, q_im = zeroed(q_re, rnd.p_cols), zeroed(q_im, rnd.p_cols)
+        (p_re, q_re), (p_im, q_im) = (_zero_rotated(sb, pair, rnd, rotated, zero) for pair in
+                                      ((p_re, q_re), (p_im, q_im)))
         new = [_put_back(sb, x[0], rnd, p_re, q_re), _put_back(sb, x[1], rnd, p_im, q_im)]
         (p_re, q_re), (p_im, q_im) = rows_h(sb, [_pair_rows(sb, v, rnd) for v in (w_re, w_im)], s, tau, e)
         new += [_put_back(sb, w_re, rnd, p_re, q_re), _put_back(sb, w_im, rnd, p_im, q_im)]
