@@ -190,7 +190,7 @@ def test_stablehlo_linalg_ops(name):
 
 
 # -- what is refused, and how --------------------------------------------------------------------------------
-# eigh and svd are translated (test_linalg_eig.py, which also checks that complex svd is refused).
+# eigh and svd, real and complex, are translated (test_linalg_eig.py).
 @pytest.mark.parametrize("fun, target, users", [
     (lambda a: jnp.linalg.eigvals(a), "lapack_sgeev_ffi", "jnp.linalg.eig"),
     (lambda a: jsl.schur(a), "lapack_sgees_ffi", "jax.scipy.linalg.schur"),

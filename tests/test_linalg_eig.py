@@ -238,12 +238,6 @@ def test_nan_input_gives_nan(case):
     run_case(case)
 
 
-def test_complex_svd_is_refused():
-    a = (spread((4, 3)) + 1j).astype(np.complex64)
-    with pytest.raises(UnsupportedOpError, match="lapack_cgesdd_ffi.*complex LAPACK routines are not translated"):
-        mnjit(jnp.linalg.svd)(a)
-
-
 # -- complex Hermitian eigh (heevd) --------------------------------------------------------------------------
 def hermitian(shape, seed=0, dtype=np.complex64) -> np.ndarray:
     """Q diag(d) Q^H with a random unitary Q and eigenvalues at least 0.5 apart."""
@@ -274,6 +268,62 @@ def test_eigh_hermitian(shape, uplo, dtype):
     h = np.where(np.tril(np.ones(shape[-2:], bool)) if uplo == "L" else np.triu(np.ones(shape[-2:], bool)), h,
                  np.conj(np.swapaxes(h, -1, -2)))
     close((v * w[..., None, :]) @ np.conj(np.swapaxes(v, -1, -2)), h, vector_tol * norm, "V diag(w) V^H")
+
+
+def complex_spread(shape, seed=0, dtype=np.complex64, rank=None) -> np.ndarray:
+    """U diag(s) V^H with random unitary U, V and spread() singular values."""
+    rng = np.random.default_rng(seed)
+    *batch, m, n = shape
+    k = min(m, n)
+    unitary = lambda n: np.linalg.qr(rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n)))[0]
+    out = np.empty(shape, np.complex128)
+    for index in np.ndindex(*batch):
+        s = np.arange(k, 0, -1) + rng.uniform(0, 0.5, k)
+        if rank is not None:
+            s[rank:] = 0
+        out[index] = (unitary(m)[:, :k] * s) @ unitary(n)[:, :k].conj().T
+    return out.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(np.complex64, id="c64"), pytest.param(np.complex128, id="c128")])
+@pytest.mark.parametrize("full_matrices", [True, False], ids=["full", "reduced"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 3), (5, 5), (16, 16), (4, 6), (6, 4), (2, 3, 5), (2, 5, 3)], ids=str)
+def test_svd_complex(shape, full_matrices, dtype):
+    """Complex singular vectors are unique up to a unit phase per U column and its Vt row."""
+    a = complex_spread(shape, seed=sum(shape), dtype=dtype)
+    x64 = dtype == np.complex128
+    (u, s, vt), (u0, s0, vt0) = both(lambda a: jnp.linalg.svd(a, full_matrices=full_matrices), [a], x64)
+    value_tol, vector_tol = TOL[np.float64 if x64 else np.float32]
+    norm, k = s0.max(), s.shape[-1]
+    close(s, s0, value_tol * norm, "singular values")
+    phases = np.sum(np.conj(u[..., :k]) * u0[..., :k], axis=-2, keepdims=True)
+    phases /= np.abs(phases)
+    close(u[..., :k] * phases, u0[..., :k], vector_tol, "U")
+    close(vt[..., :k, :] * np.conj(np.swapaxes(phases, -1, -2)), vt0[..., :k, :], vector_tol, "Vt")
+    adjoint = lambda x: np.conj(np.swapaxes(x, -1, -2))
+    for x, what in ((u, "U^H U"), (adjoint(vt), "Vt Vt^H")):
+        close(adjoint(x) @ x, np.broadcast_to(np.eye(x.shape[-1]), x.shape[:-2] + (x.shape[-1],) * 2), vector_tol,
+              what)
+    close((u[..., :k] * s[..., None, :]) @ vt[..., :k, :], a, vector_tol * norm, "U diag(s) Vt")
+
+
+@pytest.mark.parametrize("case", [
+    Case("svdvals_c64", lambda a: jnp.linalg.svd(a, compute_uv=False), [complex_spread((2, 4, 6), seed=1)],
+         tol=F32_TOL),
+    Case("svd_c64_rank_deficient_svdvals", lambda a: jnp.linalg.svd(a, compute_uv=False),
+         [complex_spread((6, 5), seed=2, rank=2)], tol=F32_TOL),
+    Case("pinv_c64", jnp.linalg.pinv, [complex_spread((5, 3), seed=3)], tol=F32_TOL),
+    Case("pinv_c64_rank_deficient", jnp.linalg.pinv, [complex_spread((4, 6), seed=4, rank=2)], tol=F32_TOL),
+    Case("matrix_rank_c64", jnp.linalg.matrix_rank, [complex_spread((6, 5), seed=5, rank=3)]),
+    Case("norm_2_c128", lambda a: jnp.linalg.norm(a, ord=2), [complex_spread((4, 4), seed=6, dtype=np.complex128)],
+         tol=F64_TOL, x64=True),
+    Case("lstsq_c128", lambda a, b: jnp.linalg.lstsq(a, b),
+         [complex_spread((6, 4), seed=7, dtype=np.complex128), complex_spread((6, 2), seed=8, dtype=np.complex128)],
+         tol=F64_TOL, x64=True),
+    Case("svd_c64_nan", jnp.linalg.svd, [_nan_off_diagonal().astype(np.complex64)]),
+], ids=repr)
+def test_complex_built_on_gesdd(case):
+    run_case(case)
 
 
 @pytest.mark.parametrize("case", [

@@ -15,7 +15,7 @@ from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
 
 _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
 # LAPACK routines without a translation -> the JAX functions that emit them on CPU.
-# syevd / heevd, s/d gesdd and gesvd are translated (linalg_eig.py); complex SVD is refused as complex.
+# syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py.
 _LAPACK_USERS = {
     "geev": "jnp.linalg.eig / eigvals", "gees": "jax.scipy.linalg.schur",
     "gehrd": "jax.scipy.linalg.hessenberg", "sytrd": "jax.lax.linalg.tridiagonal",

@@ -13,14 +13,14 @@ form (see _rotate_rows): results agree with LAPACK's to its own accuracy (a few 
   |a_pq| > eps sqrt(|a_pp a_qq|) (the relative test of Demmel and Veselic, with an absolute floor), and the
   rotated a_pq is set to the zero it is in exact arithmetic, so the off-diagonal part reaches the test's floor.
   Complex Hermitian matrices (heevd) are held as (real, imag) planes; each rotation first turns a_pq real.
-- gesdd / gesvd: one-sided (Hestenes) Jacobi on the rows of A^T (A when wide): pairs are rotated until they are
-  orthogonal to eps sqrt(rows); the row norms are the singular values. U's columns for zero singular values, and
-  the extra ones of full_matrices, complete the others to an orthonormal basis by Householder QR.
+- gesdd / gesvd: one-sided (Hestenes) Jacobi on the rows of A^T (conj(A) when wide): pairs are rotated until
+  they are orthogonal to eps sqrt(rows); the row norms are the singular values. U's columns for zero singular
+  values, and the extra ones of full_matrices, complete the others to an orthonormal basis by Householder QR.
 
 Eigenvectors and singular vectors are unique only up to sign (a unit phase for complex ones; within repeated
 values up to rotation), and LAPACK fixes none: results agree with jax.jit up to a sign per vector (per U column
-/ Vt row pair). Complex SVD (c/z gesdd) is not translated. Jacobi has no failure mode: info is 0 unless the
-input holds a NaN or infinity (see _info).
+/ Vt row pair). Complex matrices (c/z routines) are held as (real, imag) planes (`Planes`). Jacobi has no
+failure mode: info is 0 unless the input holds a NaN or infinity (see _info).
 """
 from __future__ import annotations
 
@@ -114,6 +114,19 @@ def _rotate_rows(b: Builder, xp: ir.Value, xq: ir.Value, s: ir.Value, tau: ir.Va
     yp, yq = xp if yp is None else yp, xq if yq is None else yq
     return (b.op("Sub", xp, b.op("Mul", s, b.op("Add", yq, b.op("Mul", tau, xp)))),
             b.op("Add", xq, b.op("Mul", s, b.op("Sub", yp, b.op("Mul", tau, xq)))))
+
+
+def _rotate_rows_complex(b: Builder, rows: list[tuple[ir.Value, ir.Value]], s: ir.Value, tau: ir.Value,
+                         e: tuple[ir.Value, ir.Value]) -> list[tuple[ir.Value, ir.Value]]:
+    """Rows p and q of U^H x for U = [[c, s e], [-s conj(e), c]]: (c p - s e q, s conj(e) p + c q), from and to
+    [(re_p, re_q), (im_p, im_q)]; e: (re, im) planes of unit phases. The phases enter the corrections only."""
+    (re_p, re_q), (im_p, im_q) = rows
+    e_q = (b.op("Sub", b.op("Mul", e[0], re_q), b.op("Mul", e[1], im_q)),
+           b.op("Add", b.op("Mul", e[0], im_q), b.op("Mul", e[1], re_q)))
+    conj_e_p = (b.op("Add", b.op("Mul", e[0], re_p), b.op("Mul", e[1], im_p)),
+                b.op("Sub", b.op("Mul", e[0], im_p), b.op("Mul", e[1], re_p)))
+    return [_rotate_rows(b, re_p, re_q, s, tau, conj_e_p[0], e_q[0]),
+            _rotate_rows(b, im_p, im_q, s, tau, conj_e_p[1], e_q[1])]
 
 
 def _pair_rows(b: Builder, x: ir.Value, rnd: _Round) -> tuple[ir.Value, ir.Value]:
@@ -267,18 +280,6 @@ def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: 
     size2 = b.op("Add", *(b.op("ReduceSumSquare", x, b.shape_const([1, 2]), keepdims=1) for x in inits[:2]))
     floor = b.op("Mul", b.op("Mul", eps, eps), b.op("Sqrt", size2))
 
-    def rows_h(sb: Builder, rows: list[tuple[ir.Value, ir.Value]], s: ir.Value, tau: ir.Value,
-               e: tuple[ir.Value, ir.Value]) -> list[tuple[ir.Value, ir.Value]]:
-        """Rows p and q of U^H x from x's [(re_p, re_q), (im_p, im_q)], the same layout; e: (re, im) phases.
-        U^H's rows are (c p - s e q, s conj(e) p + c q): the phases enter the corrections only."""
-        (re_p, re_q), (im_p, im_q) = rows
-        e_q = (sb.op("Sub", sb.op("Mul", e[0], re_q), sb.op("Mul", e[1], im_q)),
-               sb.op("Add", sb.op("Mul", e[0], im_q), sb.op("Mul", e[1], re_q)))
-        conj_e_p = (sb.op("Add", sb.op("Mul", e[0], re_p), sb.op("Mul", e[1], im_p)),
-                    sb.op("Sub", sb.op("Mul", e[0], im_p), sb.op("Mul", e[1], re_p)))
-        return [_rotate_rows(sb, re_p, re_q, s, tau, conj_e_p[0], e_q[0]),
-                _rotate_rows(sb, im_p, im_q, s, tau, conj_e_p[1], e_q[1])]
-
     def rotate(sb: Builder, rnd: _Round, carried: list[ir.Value]):
         re, im, w_re, w_im = carried
         rows = [_pair_rows(sb, x, rnd) for x in (re, im)]
@@ -292,14 +293,14 @@ def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: 
              sb.op("Where", rotated, sb.op("Div", b_im, safe), zero))
         s, tau = _rotation(sb, app, aqq, size, rotated, dtype)
         # x = U^H a; then U^H x^H = U^H a U (a is Hermitian).
-        (p_re, q_re), (p_im, q_im) = rows_h(sb, rows, s, tau, e)
+        (p_re, q_re), (p_im, q_im) = _rotate_rows_complex(sb, rows, s, tau, e)
         x = [_transposed(sb, _put_back(sb, re, rnd, p_re, q_re)),
              sb.op("Neg", _transposed(sb, _put_back(sb, im, rnd, p_im, q_im)))]
-        (p_re, q_re), (p_im, q_im) = rows_h(sb, [_pair_rows(sb, v, rnd) for v in x], s, tau, e)
+        (p_re, q_re), (p_im, q_im) = _rotate_rows_complex(sb, [_pair_rows(sb, v, rnd) for v in x], s, tau, e)
         (p_re, q_re), (p_im, q_im) = (_zero_rotated(sb, pair, rnd, rotated, zero) for pair in
                                       ((p_re, q_re), (p_im, q_im)))
         new = [_put_back(sb, x[0], rnd, p_re, q_re), _put_back(sb, x[1], rnd, p_im, q_im)]
-        (p_re, q_re), (p_im, q_im) = rows_h(sb, [_pair_rows(sb, v, rnd) for v in (w_re, w_im)], s, tau, e)
+        (p_re, q_re), (p_im, q_im) = _rotate_rows_complex(sb, [_pair_rows(sb, v, rnd) for v in (w_re, w_im)], s, tau, e)
         new += [_put_back(sb, w_re, rnd, p_re, q_re), _put_back(sb, w_im, rnd, p_im, q_im)]
         return new, rotated
 
@@ -308,95 +309,166 @@ def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: 
 
 
 # -- SVD -------------------------------------------------------------------------------------------------
-@register_custom_call("lapack_sgesdd_ffi", "lapack_dgesdd_ffi", "lapack_sgesvd_ffi", "lapack_dgesvd_ffi")
+@register_custom_call(*(f"lapack_{t}{r}_ffi" for r in ("gesdd", "gesvd") for t in "sdcz"))
 def gesdd(ctx, a, *, mode: int):
-    """Singular values descending; mode 'A': full U and Vt, 'S': min(m, n) of them, 'N': none (zeros)."""
+    """Singular values descending; mode 'A': full U and Vt, 'S': min(m, n) of them, 'N': none (zeros).
+    Complex matrices are held as (real, imag) planes."""
     b, (_, t_s, t_u, t_vt, t_info) = ctx.b, ctx.out_types
     if mode not in (ord("A"), ord("S"), ord("N")):
         raise NotImplementedError(f"@lapack_?gesdd_ffi with mode {chr(mode)!r} is not translated")
     dtype = _compute_dtype(t_s.dtype)
-    *_, m, n = ctx.in_types[0].shape
-    batch, k, l = prod(ctx.in_types[0].shape[:-2]), min(m, n), max(m, n)
-    x = _flat(b, a, ctx.in_types[0], 2, dtype)
-    # The rows of A^T (of A, when wide) are orthogonalized: A^T = V S U^T (A = U S V^T).
-    rows = _transposed(b, x) if m >= n else x
+    in_type = ctx.in_types[0]
+    *_, m, n = in_type.shape
+    batch, k, l = prod(in_type.shape[:-2]), min(m, n), max(m, n)
+    complex_ = in_type.storage.shape != in_type.shape
+    plane_type = TensorType(in_type.shape, dtype)
+    x = [_flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1)] \
+        if complex_ else [_flat(b, a, in_type, 2, dtype)]
+    info = _info(b, x[0], dtype, t_info) if len(x) == 1 else b.op("Max", *(_info(b, v, dtype, t_info) for v in x))
+    # The rows of A^T (of conj(A), when wide) are orthogonalized: A^T = conj(V) S U^T (A^H = V S U^H).
+    rows = [_transposed(b, v) for v in x] if m >= n else _conj(b, x)
     vectors = mode != ord("N")
     sigma, u_rows, w, good = _one_sided_jacobi(b, rows, batch, k, l, dtype, vectors)
-    info = _info(b, x, dtype, t_info)
     if not vectors:  # LAPACK leaves U and Vt as they were
-        return a, _unflat(b, sigma, t_s), b.splat(0, t_u.dtype, t_u.shape), b.splat(0, t_vt.dtype, t_vt.shape), info
+        zeros = [b.splat(0, t.storage.dtype, t.storage.shape) for t in (t_u, t_vt)]
+        return a, _unflat(b, sigma, t_s), *zeros, info
     u_rows = _complete(b, u_rows, good, batch, k, l, l if mode == ord("A") else k, dtype)
-    u, vt = (_transposed(b, u_rows), w) if m >= n else (_transposed(b, w), u_rows)
-    return a, _unflat(b, sigma, t_s), _unflat(b, u, t_u), _unflat(b, vt, t_vt), info
+    if m >= n:  # A = (rows^T) S (W^T)^H
+        u, vt = [_transposed(b, v) for v in u_rows], _conj(b, w)
+    else:  # A = W^T S conj(rows)
+        u, vt = [_transposed(b, v) for v in w], _conj(b, u_rows)
+    return a, _unflat(b, sigma, t_s), _join(b, u, t_u), _join(b, vt, t_vt), info
 
 
-def _one_sided_jacobi(b: Builder, x: ir.Value, batch: int, k: int, l: int, dtype: np.dtype, vectors: bool):
+Planes = list  # a real matrix as [x], a complex one as [real, imag]
+
+
+def _conj(b: Builder, x: Planes) -> Planes:
+    return x if len(x) == 1 else [x[0], b.op("Neg", x[1])]
+
+
+def _join(b: Builder, x: Planes, ttype: TensorType) -> ir.Value:
+    """Planes -> a result of type `ttype` (complex ones as (real, imag) pairs)."""
+    if len(x) == 1:
+        return _unflat(b, x[0], ttype)
+    pairs = b.op("Concat", *(b.op("Unsqueeze", v, b.shape_const([3])) for v in x), axis=3)
+    return reshape_to(b, pairs, list(ttype.storage.shape))
+
+
+def _matmul(b: Builder, x: Planes, y: Planes) -> Planes:
+    if len(x) == 1:
+        return [b.op("MatMul", x[0], y[0])]
+    (xr, xi), (yr, yi) = x, y
+    return [b.op("Sub", b.op("MatMul", xr, yr), b.op("MatMul", xi, yi)),
+            b.op("Add", b.op("MatMul", xr, yi), b.op("MatMul", xi, yr))]
+
+
+def _adjoint(b: Builder, x: Planes) -> Planes:
+    return _conj(b, [_transposed(b, v) for v in x])
+
+
+def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: np.dtype, vectors: bool):
     """Hestenes' Jacobi on the (B, k, l) rows x, k <= l: -> singular values (B, k) descending, the unit rows of
     their x (zero where the value is zero or subnormal), the rows of the accumulated rotation (B, k, k) and the
-    (B, k) mask of the values above zero (or, without vectors, the values only and Nones)."""
-    z = b.op("Concat", x, _eye(b, batch, k, dtype), axis=2) if vectors else x
+    (B, k) mask of the values above zero (or, without vectors, the values only and Nones). Rows p and q turn
+    into those of U^T x, U = [[c, s e], [-s conj(e), c]] (see _jacobi_heevd; e = 1 for real x), which makes
+    them orthogonal: U^H [[|p|^2, g], [conj(g), |q|^2]] U is diagonal for g = <p, q> = sum conj(p) q."""
+    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    eye = [_eye(b, batch, k, dtype), b.splat(0, dtype, (batch, k, k))]
+    z = [b.op("Concat", v, eye[i], axis=2) for i, v in enumerate(x)] if vectors else x
+    width = l + k if vectors else l
     if k > 1:
         tol = b.const(np.asarray(np.finfo(dtype).eps * np.sqrt(l), dtype))
-        cols = b.shape_const([l])
+        cols, axis = b.shape_const([l]), b.shape_const([2])
 
         def rotate(sb: Builder, rnd: _Round, carried: list[ir.Value]):
-            z, = carried
-            zp, zq = _pair_rows(sb, z, rnd)
-            xp, xq = ((sb.op("Slice", v, sb.shape_const([0]), cols, sb.shape_const([2])) if vectors else v)
-                      for v in (zp, zq))
-            axis = sb.shape_const([2])
-            alpha, beta = (sb.op("ReduceSumSquare", v, axis, keepdims=1) for v in (xp, xq))
-            gamma = sb.op("ReduceSum", sb.op("Mul", xp, xq), axis, keepdims=1)
+            pairs = [_pair_rows(sb, v, rnd) for v in carried]
+            xs = [[sb.op("Slice", v, sb.shape_const([0]), cols, axis) if vectors else v for v in pair]
+                  for pair in pairs]  # [(re_p, re_q), (im_p, im_q)]
+            dot = lambda u, v: sb.op("ReduceSum", sb.op("Mul", u, v), axis, keepdims=1)
+            alpha, beta = (sb.op("Add", *(sb.op("ReduceSumSquare", xs[i][j], axis, keepdims=1) for i in
+                                          range(len(xs)))) if len(xs) > 1 else
+                           sb.op("ReduceSumSquare", xs[0][j], axis, keepdims=1) for j in (0, 1))
+            g_re = dot(xs[0][0], xs[0][1]) if len(xs) == 1 else \
+                sb.op("Add", dot(xs[0][0], xs[0][1]), dot(xs[1][0], xs[1][1]))
+            size = sb.op("Abs", g_re)
+            if len(xs) > 1:
+                g_im = sb.op("Sub", dot(xs[0][0], xs[1][1]), dot(xs[1][0], xs[0][1]))
+                size = sb.op("Sqrt", sb.op("Add", sb.op("Mul", g_re, g_re), sb.op("Mul", g_im, g_im)))
             scale = sb.op("Mul", tol, sb.op("Mul", sb.op("Sqrt", alpha), sb.op("Sqrt", beta)))
-            rotated = sb.op("Greater", sb.op("Abs", gamma), scale)
-            # The rotation that diagonalizes the pair's Gram matrix [[alpha, gamma], [gamma, beta]].
-            s, tau = _rotation(sb, alpha, beta, gamma, rotated, dtype)
-            return [_put_back(sb, z, rnd, *_rotate_rows(sb, zp, zq, s, tau))], rotated
+            rotated = sb.op("Greater", size, scale)
+            if len(xs) == 1:
+                # The rotation that diagonalizes the pair's Gram matrix [[alpha, g], [g, beta]].
+                s, tau = _rotation(sb, alpha, beta, g_re, rotated, dtype)
+                new = [_rotate_rows(sb, *pairs[0], s, tau)]
+            else:
+                s, tau = _rotation(sb, alpha, beta, size, rotated, dtype)
+                safe = sb.op("Where", rotated, size, one)
+                # U^T's rows are those of U^H with conj(e).
+                conj_e = (sb.op("Where", rotated, sb.op("Div", g_re, safe), one),
+                          sb.op("Where", rotated, sb.op("Neg", sb.op("Div", g_im, safe)), zero))
+                new = _rotate_rows_complex(sb, pairs, s, tau, conj_e)
+            return [_put_back(sb, v, rnd, *rows) for v, rows in zip(carried, new)], rotated
 
-        z, = _jacobi(b, "gesdd", k, batch, [z], [TensorType((batch, k, l + k if vectors else l), dtype)], rotate)
-    x = b.op("Slice", z, b.shape_const([0]), b.shape_const([l]), b.shape_const([2])) if vectors else z
-    norms = b.op("Sqrt", b.op("ReduceSumSquare", x, b.shape_const([2]), keepdims=0))
+        z = _jacobi(b, "gesdd", k, batch, z, [TensorType((batch, k, width), dtype)] * len(z), rotate)
+    x = [b.op("Slice", v, b.shape_const([0]), b.shape_const([l]), b.shape_const([2])) for v in z] if vectors else z
+    norms = b.op("Sqrt", b.op("Add", *(b.op("ReduceSumSquare", v, b.shape_const([2]), keepdims=0) for v in x))
+                 if len(x) > 1 else b.op("ReduceSumSquare", x[0], b.shape_const([2]), keepdims=0))
     if not vectors:
         return _sort_rows(b, norms, [], k, largest=True)[0], None, None, None
-    w = b.op("Slice", z, b.shape_const([l]), b.shape_const([l + k]), b.shape_const([2]))
-    sigma, (x, w) = _sort_rows(b, norms, [x, w], k, largest=True)
-    tiny = b.const(np.asarray(np.finfo(dtype).tiny, dtype))
-    good = b.op("Greater", sigma, tiny)
+    w = [b.op("Slice", v, b.shape_const([l]), b.shape_const([l + k]), b.shape_const([2])) for v in z]
+    sigma, rows = _sort_rows(b, norms, [*x, *w], k, largest=True)
+    x, w = rows[:len(x)], rows[len(x):]
+    good = b.op("Greater", sigma, b.const(np.asarray(np.finfo(dtype).tiny, dtype)))
     # A row of x with a zero norm is zero: it divides by 1 instead.
-    unit = b.op("Div", x, b.op("Unsqueeze", b.op("Where", good, sigma, b.const(np.ones((), dtype))),
-                               b.shape_const([2])))
+    divisor = b.op("Unsqueeze", b.op("Where", good, sigma, one), b.shape_const([2]))
     keep = b.op("Unsqueeze", good, b.shape_const([2]))
-    return sigma, b.op("Where", keep, unit, b.const(np.zeros((), dtype))), w, good
+    return sigma, [b.op("Where", keep, b.op("Div", v, divisor), zero) for v in x], w, good
 
 
-def _complete(b: Builder, rows: ir.Value, good: ir.Value, batch: int, k: int, l: int, count: int,
-              dtype: np.dtype) -> ir.Value:
+def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: int, count: int,
+              dtype: np.dtype) -> Planes:
     """`count` orthonormal rows of length l: the (B, k, l) `rows` where `good` (the first ones), then rows
-    orthogonal to them, from the Householder QR of rows^T: its Q's columns past the good ones."""
+    orthogonal to them, from the Householder QR of rows^T: its Q's columns past the good ones (Q^T's rows)."""
     row = _iota(b, l, (l, 1))
-    zero = b.const(np.zeros((), dtype))
+    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    planes = len(rows)
 
     def body(sb: Builder, j: ir.Value, carried: list[ir.Value]):
-        r, q = carried
-        x = sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", r, _step(sb, j), axis=2), zero)
-        alpha = sb.op("Gather", x, _step(sb, j), axis=1)
-        norm = sb.op("Sqrt", sb.op("ReduceSumSquare", x, sb.shape_const([1]), keepdims=1))
-        beta = sb.op("Where", sb.op("Less", alpha, zero), norm, sb.op("Neg", norm))  # -sign(alpha) ||x||
-        v = sb.op("Where", sb.op("Equal", row, j), sb.op("Sub", alpha, beta), x)
-        vv = sb.op("ReduceSumSquare", v, sb.shape_const([1]), keepdims=1)
-        # H = I - (2 / v^T v) v v^T; a zero column (a zero singular value) leaves H = I.
+        r, q = carried[:planes], carried[planes:]
+        x = [sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", v, _step(sb, j), axis=2), zero)
+             for v in r]
+        alpha = [sb.op("Gather", v, _step(sb, j), axis=1) for v in x]
+        squares = [sb.op("ReduceSumSquare", v, sb.shape_const([1]), keepdims=1) for v in x]
+        norm = sb.op("Sqrt", sb.op("Add", *squares) if planes > 1 else squares[0])
+        # beta = -phase(alpha) ||x|| (phase(0) = 1): v = x - beta e_j has no cancellation at j.
+        size = sb.op("Sqrt", sb.op("Add", *(sb.op("Mul", v, v) for v in alpha))) if planes > 1 else \
+            sb.op("Abs", alpha[0])
+        nonzero = sb.op("Greater", size, zero)
+        phase = [sb.op("Where", nonzero, sb.op("Div", alpha[0], sb.op("Where", nonzero, size, one)), one)]
+        if planes > 1:
+            phase.append(sb.op("Where", nonzero, sb.op("Div", alpha[1], sb.op("Where", nonzero, size, one)), zero))
+        v = [sb.op("Where", sb.op("Equal", row, j), sb.op("Add", a, sb.op("Mul", ph, norm)), xv)
+             for a, ph, xv in zip(alpha, phase, x)]
+        vv = sb.op("Add", *(sb.op("ReduceSumSquare", p, sb.shape_const([1]), keepdims=1) for p in v)) \
+            if planes > 1 else sb.op("ReduceSumSquare", v[0], sb.shape_const([1]), keepdims=1)
+        # H = I - (2 / v^H v) v v^H; a zero column (a zero singular value) leaves H = I.
         two = sb.const(np.asarray(2, dtype))
-        scale = sb.op("Where", sb.op("Equal", vv, zero), zero,
-                      sb.op("Div", two, sb.op("Where", sb.op("Equal", vv, zero), two, vv)))
-        sv = sb.op("Mul", scale, v)
-        r = sb.op("Sub", r, sb.op("MatMul", sv, sb.op("MatMul", _transposed(sb, v), r)))
-        q = sb.op("Sub", q, sb.op("MatMul", sb.op("MatMul", q, v), _transposed(sb, sv)))
-        return [r, q], []
+        empty = sb.op("Equal", vv, zero)
+        scale = sb.op("Where", empty, zero, sb.op("Div", two, sb.op("Where", empty, two, vv)))
+        sv = [sb.op("Mul", scale, p) for p in v]
+        r = [sb.op("Sub", p, u) for p, u in zip(r, _matmul(sb, sv, _matmul(sb, _adjoint(sb, v), r)))]
+        q = [sb.op("Sub", p, u) for p, u in zip(q, _matmul(sb, _matmul(sb, q, v), _adjoint(sb, sv)))]
+        return [*r, *q], []
 
-    _, q = _loop(b, "svd_complete", k, [_transposed(b, rows), _eye(b, batch, l, dtype)],
-                 [TensorType((batch, l, k), dtype), TensorType((batch, l, l), dtype)], body)
-    basis = b.op("Slice", _transposed(b, q), b.shape_const([0]), b.shape_const([count]), b.shape_const([1]))
+    eye = [_eye(b, batch, l, dtype), b.splat(0, dtype, (batch, l, l))][:planes]
+    q = _loop(b, "svd_complete", k, [*(_transposed(b, v) for v in rows), *eye],
+              [TensorType((batch, l, k), dtype)] * planes + [TensorType((batch, l, l), dtype)] * planes,
+              body)[planes:]
+    keep = good
     if count > k:
-        rows = b.op("Concat", rows, b.splat(0, dtype, (batch, count - k, l)), axis=1)
-        good = b.op("Concat", good, b.splat(False, np.bool_, (batch, count - k)), axis=1)
-    return b.op("Where", b.op("Unsqueeze", good, b.shape_const([2])), rows, basis)
+        rows = [b.op("Concat", v, b.splat(0, dtype, (batch, count - k, l)), axis=1) for v in rows]
+        keep = b.op("Concat", good, b.splat(False, np.bool_, (batch, count - k)), axis=1)
+    keep = b.op("Unsqueeze", keep, b.shape_const([2]))
+    return [b.op("Where", keep, v, b.op("Slice", _transposed(b, p), b.shape_const([0]), b.shape_const([count]),
+                                        b.shape_const([1]))) for v, p in zip(rows, q)]
