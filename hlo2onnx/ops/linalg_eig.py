@@ -363,6 +363,12 @@ def _matmul(b: Builder, x: Planes, y: Planes) -> Planes:
             b.op("Add", b.op("MatMul", xr, yi), b.op("MatMul", xi, yr))]
 
 
+def _sum_squares(b: Builder, x: Planes, axes: list[int], keepdims: int = 1) -> ir.Value:
+    """Sum of |x|^2 over `axes`, both planes of a complex x."""
+    sums = [b.op("ReduceSumSquare", v, b.shape_const(axes), keepdims=keepdims) for v in x]
+    return sums[0] if len(sums) == 1 else b.op("Add", *sums)
+
+
 def _adjoint(b: Builder, x: Planes) -> Planes:
     return _conj(b, [_transposed(b, v) for v in x])
 
@@ -386,13 +392,10 @@ def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: 
             xs = [[sb.op("Slice", v, sb.shape_const([0]), cols, axis) if vectors else v for v in pair]
                   for pair in pairs]  # [(re_p, re_q), (im_p, im_q)]
             dot = lambda u, v: sb.op("ReduceSum", sb.op("Mul", u, v), axis, keepdims=1)
-            alpha, beta = (sb.op("Add", *(sb.op("ReduceSumSquare", xs[i][j], axis, keepdims=1) for i in
-                                          range(len(xs)))) if len(xs) > 1 else
-                           sb.op("ReduceSumSquare", xs[0][j], axis, keepdims=1) for j in (0, 1))
-            g_re = dot(xs[0][0], xs[0][1]) if len(xs) == 1 else \
-                sb.op("Add", dot(xs[0][0], xs[0][1]), dot(xs[1][0], xs[1][1]))
+            alpha, beta = (_sum_squares(sb, [pair[j] for pair in xs], [2]) for j in (0, 1))
+            g_re = dot(*xs[0]) if len(xs) == 1 else sb.op("Add", dot(*xs[0]), dot(*xs[1]))
             size = sb.op("Abs", g_re)
-            if len(xs) > 1:
+            if len(xs) > 1:  # g = sum conj(p) q
                 g_im = sb.op("Sub", dot(xs[0][0], xs[1][1]), dot(xs[1][0], xs[0][1]))
                 size = sb.op("Sqrt", sb.op("Add", sb.op("Mul", g_re, g_re), sb.op("Mul", g_im, g_im)))
             scale = sb.op("Mul", tol, sb.op("Mul", sb.op("Sqrt", alpha), sb.op("Sqrt", beta)))
@@ -412,8 +415,7 @@ def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: 
 
         z = _jacobi(b, "gesdd", k, batch, z, [TensorType((batch, k, width), dtype)] * len(z), rotate)
     x = [b.op("Slice", v, b.shape_const([0]), b.shape_const([l]), b.shape_const([2])) for v in z] if vectors else z
-    norms = b.op("Sqrt", b.op("Add", *(b.op("ReduceSumSquare", v, b.shape_const([2]), keepdims=0) for v in x))
-                 if len(x) > 1 else b.op("ReduceSumSquare", x[0], b.shape_const([2]), keepdims=0))
+    norms = b.op("Sqrt", _sum_squares(b, x, [2], keepdims=0))
     if not vectors:
         return _sort_rows(b, norms, [], k, largest=True)[0], None, None, None
     w = [b.op("Slice", v, b.shape_const([l]), b.shape_const([l + k]), b.shape_const([2])) for v in z]
@@ -439,19 +441,17 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
         x = [sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", v, _step(sb, j), axis=2), zero)
              for v in r]
         alpha = [sb.op("Gather", v, _step(sb, j), axis=1) for v in x]
-        squares = [sb.op("ReduceSumSquare", v, sb.shape_const([1]), keepdims=1) for v in x]
-        norm = sb.op("Sqrt", sb.op("Add", *squares) if planes > 1 else squares[0])
+        norm = sb.op("Sqrt", _sum_squares(sb, x, [1]))
         # beta = -phase(alpha) ||x|| (phase(0) = 1): v = x - beta e_j has no cancellation at j.
         size = sb.op("Sqrt", sb.op("Add", *(sb.op("Mul", v, v) for v in alpha))) if planes > 1 else \
-            sb.op("Abs", alpha[0])
+            sb.op("Abs", alpha[0])  # |alpha|
         nonzero = sb.op("Greater", size, zero)
         phase = [sb.op("Where", nonzero, sb.op("Div", alpha[0], sb.op("Where", nonzero, size, one)), one)]
         if planes > 1:
             phase.append(sb.op("Where", nonzero, sb.op("Div", alpha[1], sb.op("Where", nonzero, size, one)), zero))
         v = [sb.op("Where", sb.op("Equal", row, j), sb.op("Add", a, sb.op("Mul", ph, norm)), xv)
              for a, ph, xv in zip(alpha, phase, x)]
-        vv = sb.op("Add", *(sb.op("ReduceSumSquare", p, sb.shape_const([1]), keepdims=1) for p in v)) \
-            if planes > 1 else sb.op("ReduceSumSquare", v[0], sb.shape_const([1]), keepdims=1)
+        vv = _sum_squares(sb, v, [1])
         # H = I - (2 / v^H v) v v^H; a zero column (a zero singular value) leaves H = I.
         two = sb.const(np.asarray(2, dtype))
         empty = sb.op("Equal", vv, zero)
