@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from harness import Case, check_model, rand, run_case
-from hlo2onnx import UnsupportedOpError
 from mnjit import mnjit
 
 # (values, vectors) tolerances, relative to the largest eigenvalue / singular value.

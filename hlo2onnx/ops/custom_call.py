@@ -1,8 +1,9 @@
 """stablehlo.custom_call: one rule that dispatches on the call target's name.
 
 The targets' rules live with their families (`register_custom_call`): LAPACK
-in linalg.py and linalg_eig.py, jax.export's shape assertions in dynamic.py. A target without a
-rule is refused with a hint at what emitted it and how to work around it.
+in linalg.py and linalg_eig.py, jax.export's shape assertions in dynamic.py.
+A target without a rule is refused with a hint at what emitted it and how to
+work around it.
 """
 from __future__ import annotations
 
