@@ -190,11 +190,11 @@ def test_stablehlo_linalg_ops(name):
 
 
 # -- what is refused, and how --------------------------------------------------------------------------------
+# eigh and svd, real and complex, are translated (test_linalg_eig.py).
 @pytest.mark.parametrize("fun, target, users", [
-    (lambda a: jnp.linalg.eigh(a), "lapack_ssyevd_ffi", "jnp.linalg.eigh"),
-    (lambda a: jnp.linalg.svd(a), "lapack_sgesdd_ffi", "jnp.linalg.svd"),
     (lambda a: jnp.linalg.eigvals(a), "lapack_sgeev_ffi", "jnp.linalg.eig"),
-], ids=["eigh", "svd", "eigvals"])
+    (lambda a: jsl.schur(a), "lapack_sgees_ffi", "jax.scipy.linalg.schur"),
+], ids=["eigvals", "schur"])
 def test_unsupported_decomposition_names_the_call(fun, target, users):
     with pytest.raises(UnsupportedOpError, match=f"custom call @{target} has no ONNX translation") as info:
         mnjit(fun)(S5)

@@ -1,8 +1,9 @@
 """stablehlo.custom_call: one rule that dispatches on the call target's name.
 
 The targets' rules live with their families (`register_custom_call`): LAPACK
-in linalg.py, jax.export's shape assertions in dynamic.py. A target without a
-rule is refused with a hint at what emitted it and how to work around it.
+in linalg.py and linalg_eig.py, jax.export's shape assertions in dynamic.py.
+A target without a rule is refused with a hint at what emitted it and how to
+work around it.
 """
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
 
 _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
 # LAPACK routines without a translation -> the JAX functions that emit them on CPU.
+# syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py.
 _LAPACK_USERS = {
-    "syevd": "jnp.linalg.eigh / eigvalsh", "heevd": "jnp.linalg.eigh / eigvalsh",
-    "gesdd": "jnp.linalg.svd (and pinv, lstsq, matrix_rank, norm(ord=2), cond)",
-    "gesvd": "jnp.linalg.svd", "geev": "jnp.linalg.eig / eigvals", "gees": "jax.scipy.linalg.schur",
+    "geev": "jnp.linalg.eig / eigvals", "gees": "jax.scipy.linalg.schur",
     "gehrd": "jax.scipy.linalg.hessenberg", "sytrd": "jax.lax.linalg.tridiagonal",
     "hetrd": "jax.lax.linalg.tridiagonal", "geqp3": "jax.scipy.linalg.qr(pivoting=True)",
 }
