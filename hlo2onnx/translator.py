@@ -45,7 +45,7 @@ class RuleContext:
 
     @property
     def where(self) -> str | None:
-        return source_line(self.hlo_op.location)
+        return self.translator.where(self.hlo_op)
 
 
 def set_type(value: ir.Value, ttype: TensorType) -> None:
@@ -67,6 +67,7 @@ class Translator:
         self.op_counts: dict[str, int] = {}
         # Values of the enclosing blocks: case/if regions read them directly (they are not isolated from above).
         self._env: Mapping[mlir.Value, ir.Value] = {}
+        self._call_sites: list[str | None] = []  # source lines of the func.calls being inlined
 
     # -- entry -------------------------------------------------------------------
     def translate(self, name: str = "main", graph_name: str = "main") -> ir.Model:
@@ -122,9 +123,14 @@ class Translator:
             self._env = outer
         raise Hlo2OnnxError("block without terminator")
 
+    def where(self, op: mlir.Operation) -> str | None:
+        """The op's user source line; for an op in a JAX-internal function (jnp.linalg's LAPACK calls carry
+        only a name), the line of the innermost call that has one."""
+        return source_line(op.location) or next((w for w in reversed(self._call_sites) if w), None)
+
     def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
         if name not in RULES and name not in COMPLEX_RULES:
-            raise UnsupportedOpError(name, source_line(op.location), "no translation rule")
+            raise UnsupportedOpError(name, self.where(op), "no translation rule")
         ctx = RuleContext(b, op.operation, [self._type_of(v, name, op) for v in op.operands],
                           [self._type_of(r, name, op) for r in op.results], self)
         # The one dispatch point for complex values: their rules see complex types and float-pair inputs.
@@ -133,7 +139,7 @@ class Translator:
         if name != "stablehlo.custom_call" and any(is_complex(t.dtype) for t in ctx.in_types + ctx.out_types):
             rule = COMPLEX_RULES.get(name)
             if rule is None:
-                raise UnsupportedOpError(name, source_line(op.location), "complex operands are not supported")
+                raise UnsupportedOpError(name, self.where(op), "complex operands are not supported")
         if name not in DYNAMIC_OK and any(d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
             raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
         emitted = len(b.graph)
@@ -142,7 +148,7 @@ class Translator:
         except Hlo2OnnxError:
             raise
         except (NotImplementedError, UnsupportedTypeError) as e:
-            raise UnsupportedOpError(name, source_line(op.location), str(e)) from None
+            raise UnsupportedOpError(name, self.where(op), str(e)) from None
         outputs = [outputs] if isinstance(outputs, ir.Value) else list(outputs)
         if len(outputs) != len(ctx.out_types):
             raise AssertionError(f"rule for {name} returned {len(outputs)} values, expected {len(ctx.out_types)}")
@@ -153,18 +159,22 @@ class Translator:
         tag_nodes(itertools.islice(reversed(b.graph), len(b.graph) - emitted), name, ctx.where)
         return outputs
 
-    def call(self, callee: str, args: Sequence[ir.Value], b: Builder) -> list[ir.Value]:
-        """Inlines a private function's body."""
+    def call(self, callee: str, args: Sequence[ir.Value], b: Builder, where: str | None = None) -> list[ir.Value]:
+        """Inlines a private function's body; `where` is the call's source line."""
         func = self.functions.get(callee)
         if func is None:
             raise Hlo2OnnxError(f"call to unknown function @{callee}")
-        return self.emit_block(func.regions[0].blocks[0], args, b)
+        self._call_sites.append(where)
+        try:
+            return self.emit_block(func.regions[0].blocks[0], args, b)
+        finally:
+            self._call_sites.pop()
 
     def _type_of(self, value: mlir.Value, name: str, op=None) -> TensorType:
         try:
             return tensor_type(value.type)
         except (UnsupportedTypeError, ValueError) as e:
-            where = source_line(op.location) if op is not None else None
+            where = self.where(op) if op is not None else None
             raise UnsupportedOpError(name, where, f"type {value.type}: {e}") from None
 
 

@@ -6,7 +6,7 @@ from hlo2onnx.registry import register
 
 @register("func.call")
 def call(ctx, *args, callee: str, **_ignored):
-    return ctx.translator.call(callee, args, ctx.b)
+    return ctx.translator.call(callee, args, ctx.b, ctx.where)
 
 
 @register("stablehlo.optimization_barrier")
