@@ -68,8 +68,8 @@ def _only_use(value: ir.Value) -> bool:
 class _Emitter:
     """Builds the replacement nodes in front of the node being rewritten."""
 
-    def __init__(self, graph: ir.Graph, anchor: ir.Node, target: Target | None = None):
-        self.graph, self.anchor, self.target = graph, anchor, target
+    def __init__(self, graph: ir.Graph, anchor: ir.Node, target: Target | None = None, opset: int = 0):
+        self.graph, self.anchor, self.target, self.opset = graph, anchor, target, opset
         self.created: list[ir.Node] = []
 
     def allows(self, op_type: str, like: ir.Value) -> bool:
@@ -397,7 +397,8 @@ def simplify(model: ir.Model, target: Target | None = None, rules: dict | None =
     for _ in range(8):
         # Dominated selects first: merging nested selects changes the masks they are recognized by.
         changed = sum(drop_dominated_selects(graph) for graph in all_graphs(model.graph))
-        changed = changed or sum(rewrite(graph, rules, target) for graph in all_graphs(model.graph))
+        opset = model.opset_imports.get("", 0)
+        changed = changed or sum(rewrite(graph, rules, target, opset) for graph in all_graphs(model.graph))
         if not changed:
             break
         for graph in all_graphs(model.graph):
@@ -406,7 +407,7 @@ def simplify(model: ir.Model, target: Target | None = None, rules: dict | None =
     return total
 
 
-def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = None) -> int:
+def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = None, opset: int = 0) -> int:
     """One sweep of the rules over `graph`; returns how many nodes were replaced."""
     count = 0
     for node in list(graph):
@@ -416,7 +417,7 @@ def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = 
         out = node.outputs[0]
         if static_shape(out) is None or any(v is None or static_shape(v) is None for v in node.inputs):
             continue
-        emit = _Emitter(graph, node, target)
+        emit = _Emitter(graph, node, target, opset)
         result = rule(node, emit)
         # A value of another shape (one the node broadcast) cannot stand in; emitted nodes left unused go with DCE.
         if result is None or static_shape(result) != static_shape(out) or result.dtype != out.dtype:

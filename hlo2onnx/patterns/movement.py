@@ -161,4 +161,34 @@ def pad_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return _pad(emit, node, inner.inputs[0], outer_pads + inner_pads, node.outputs[0])
 
 
-RULES = {"Slice": slice_rule, "Pad": pad_rule}
+def _tail(value: ir.Value, x: ir.Value, axis: int, at_end: bool) -> int | None:
+    """k when `value` is x's last (at_end) or first k entries along `axis`, else None."""
+    sliced = _producer(value, "Slice")
+    ranges = _ranges(sliced) if sliced is not None and sliced.inputs[0] is x else None
+    if ranges is None or set(ranges) - {axis}:
+        return None
+    start, stop = ranges.get(axis, (0, static_shape(x)[axis]))
+    size = static_shape(x)[axis]
+    return stop - start if (stop == size if at_end else start == 0) else None
+
+
+def concat_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """concat(x[-k:], x, x[:m]) -> Pad(x, mode="wrap") (jnp.pad's wrap mode, jax-cfd's periodic boundaries)."""
+    if emit.opset < 19 or (emit.target is not None and emit.target.ops is not None) or len(node.inputs) > 3:
+        return None  # wrap came with Pad-19; targets with an op list may lack its modes
+    rank = len(static_shape(node.outputs[0]))
+    axis = node.attributes["axis"].as_int() % rank
+    for middle, x in enumerate(node.inputs):
+        before = [_tail(v, x, axis, at_end=True) for v in node.inputs[:middle]]
+        after = [_tail(v, x, axis, at_end=False) for v in node.inputs[middle + 1:]]
+        if len(before) <= 1 and len(after) <= 1 and None not in before + after and before + after:
+            pads = np.zeros((rank, 2), np.int64)
+            pads[axis] = (sum(before), sum(after))
+            if pads[axis].max() > static_shape(x)[axis]:
+                return None
+            return emit("Pad", x, emit.graph_shape(tuple(pads.T.reshape(-1).tolist())), like=node.outputs[0],
+                        attrs=(ir.AttrString("mode", "wrap"),))
+    return None
+
+
+RULES = {"Slice": slice_rule, "Pad": pad_rule, "Concat": concat_rule}
