@@ -148,6 +148,9 @@ def main(argv=None) -> int:
     parser.add_argument("--num-train", type=int, default=60000, help="synthetic training images")
     parser.add_argument("--jit", help="use this jit instead of mnjit, as module:attr (e.g. jax:jit)")
     parser.add_argument("--check", action="store_true", help="also run jax.jit and report the largest difference")
+    parser.add_argument("--noise-floor", action="store_true",
+                        help="with --check: also run jax.jit on data with one pixel moved by one ulp, to show how "
+                             "far jax.jit's own losses drift from a change that small")
     args = parser.parse_args(argv)
     data = mnist(args.data_dir, num_train=args.num_train)
     chosen = _load_jit(args.jit) if args.jit else jit
@@ -160,6 +163,14 @@ def main(argv=None) -> int:
         param_abs = max(float(jnp.max(jnp.abs(a - b))) for a, b in
                         zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(ref_params)))
         print(f"max relative loss difference vs jax.jit: {loss_rel:.3e}; max parameter difference: {param_abs:.3e}")
+        if args.noise_floor:
+            # Training amplifies any rounding difference: this is what one ulp in one input does to jax.jit itself.
+            images = data[0].copy()
+            i, j = np.argwhere((images > 0.3) & (images < 0.7))[0]
+            images[i, j] = np.nextafter(images[i, j], np.float32(1))
+            nudged, _ = train(jax.jit, (images, *data[1:]), args.epochs, quiet=True)
+            floor = max(abs(a[0] - b[0]) / abs(b[0]) for a, b in zip(nudged, ref_history))
+            print(f"jax.jit against itself with one pixel moved by one ulp: {floor:.3e} relative loss difference")
         if loss_rel > 1e-5:
             print("FAIL: losses differ from jax.jit by more than 1e-5 relative")
             return 1

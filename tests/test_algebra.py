@@ -106,6 +106,9 @@ CASES = [
     (Case("pad_slice", lambda x: jnp.pad(x[1:, :-2], ((0, 1), (2, 0)), constant_values=-1.0), (x64_,)),
      {"Slice": 0, "Pad": 1}),
     (Case("pad_slice_same_side", lambda x: jnp.pad(x[:-1], ((0, 1), (0, 0))), (x64_,)), {}),
+    # jnp.mod's fix-up on a large array: a shift by the divisor where fmod went negative, without ORT's slow Where.
+    (Case("big_remainder", lambda x: jnp.remainder(x, 2.5),
+          (np.concatenate([special.ravel(), rand((70000,), seed=5, low=-9, high=9)]),)), {"Where": 0}),
     (Case("pad_wrap", lambda x: jnp.pad(x, ((2, 1), (0, 0)), mode="wrap") * 2.0, (x64_,)),
      {"Slice": 0, "Concat": 0, "Pad": 1}),
     (Case("pad_wrap_one_side", lambda x: jnp.pad(x, ((0, 0), (0, 3)), mode="wrap") + 1.0, (x64_,)),

@@ -383,7 +383,26 @@ RULES: dict[str, Callable[[ir.Node, _Emitter], ir.Value | None]] = {
     "ReduceSum": _reduce_sum, "ReduceMax": _merge_reduces, "ReduceMin": _merge_reduces, "Sqrt": _sqrt, "Or": _or,
     "Gemm": _gemm, "Transpose": _transpose, "Cast": _cast,
 }
-_WIDEN = dict.fromkeys(("Add", "Sub", "Mul", "Div"), _widen_broadcast)
+def _conditional_shift(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+    """where(m, x + k, x) -> x + float(m) * k for a finite constant k (jnp.mod's fix-up of a negative fmod).
+
+    ORT's Where costs about 10 ns an element (measured on 2M f64: 20 ms against 1.4 ms for an Add); Cast, Mul
+    and Add are three fast passes. Same values: x + 0 is x, and a -0 comes out +0 as from ORT's Where itself."""
+    m, shifted, x = node.inputs
+    add, out = _producer(shifted, "Add"), static_shape(node.outputs[0])
+    if add is None or int(np.prod(out)) < _WIDEN_MIN_ELEMENTS or static_shape(m) != out:
+        return None
+    if not node.outputs[0].dtype.is_floating_point():
+        return None
+    for a, k in (add.inputs, add.inputs[::-1]):
+        shift = _scalar(k)
+        if a is x and shift is not None and np.isfinite(shift):
+            mask = emit("Cast", m, like=node.outputs[0], attrs=(ir.AttrInt64("to", node.outputs[0].dtype.value),))
+            return emit("Add", x, emit("Mul", mask, k, like=node.outputs[0]), like=node.outputs[0])
+    return None
+
+
+_WIDEN = {**dict.fromkeys(("Add", "Sub", "Mul", "Div"), _widen_broadcast), "Where": _conditional_shift}
 
 
 def widen_broadcasts(model: ir.Model) -> int:
