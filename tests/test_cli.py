@@ -326,3 +326,12 @@ def test_debug_shows_the_exception(tmp_path):
     source.write_bytes(_half("stablehlo-text"))
     with pytest.raises(hlo2onnx.InvalidInputError, match="cannot parse MLIR"):
         main([str(source), "-o", str(tmp_path / "m.onnx"), "--debug"])
+
+
+def test_opset_23_fuses_attention(tmp_path):
+    """The CLI's opset range reaches 23, where scaled dot-product attention becomes ONNX Attention."""
+    def attend(q, k, v):
+        return jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2) / np.float32(4.0), axis=-1) @ v
+    qkv = [np.random.default_rng(i).standard_normal((2, 4, 8, 16), np.float32) for i in range(3)]
+    conversion = hlo2onnx.convert(export.export(jax.jit(attend))(*qkv), tmp_path / "a.onnx", opset=23)
+    assert [n.op_type for n in conversion.to_proto().graph.node].count("Attention") == 1
