@@ -12,7 +12,6 @@ original; `--check` runs both and compares the velocity fields.
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 import types
 
@@ -22,6 +21,7 @@ import numpy as np
 import jax_cfd.base as cfd
 from jax_cfd.base import boundaries as _cfd_boundaries
 from mnjit import mnjit as jit  # the one change: was `from jax import jit`
+from _common import add_jit_options, chosen_jit, verdict  # noqa: E402  --jit/--check, shared by the samples
 
 
 def _none_to_zero(values):
@@ -85,31 +85,22 @@ def run(jit, inner_steps: int, outer_steps: int, quiet: bool = False):
     return trajectory, rollout_fn, v0
 
 
-def _load_jit(spec: str):
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr or "jit")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inner-steps", type=int, default=50)
     parser.add_argument("--outer-steps", type=int, default=12)
     parser.add_argument("--full", action="store_true", help="the official lengths: 12 x 10000 steps")
-    parser.add_argument("--jit", help="use this jit instead of mnjit, as module:attr (e.g. jax:jit)")
-    parser.add_argument("--check", action="store_true", help="also run jax.jit and compare the velocity fields")
+    add_jit_options(parser, "the velocity fields")
     args = parser.parse_args(argv)
     inner, outer = (10_000, 12) if args.full else (args.inner_steps, args.outer_steps)
-    trajectory, _, _ = run(_load_jit(args.jit) if args.jit else jit, inner, outer)
+    trajectory, _, _ = run(chosen_jit(args.jit, jit), inner, outer)
     if args.check:
         import jax
         reference, _, _ = run(jax.jit, inner, outer, quiet=True)
         diff = max(float(np.max(np.abs(np.asarray(a.data) - np.asarray(b.data))))
                    for a, b in zip(trajectory, reference))
         print(f"max velocity difference vs jax.jit: {diff:.3e}")
-        if diff > 1e-5:
-            print("FAIL: velocity fields differ from jax.jit by more than 1e-5")
-            return 1
-        print("OK: matches jax.jit")
+        return verdict(diff <= 1e-5, "velocity fields differ from jax.jit by more than 1e-5")
     return 0
 
 

@@ -7,7 +7,6 @@ original, 200 FIRE steps. `--jit jax:jit` runs the original; `--check` runs both
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 
 from jax import config
@@ -19,6 +18,7 @@ from jax import random  # noqa: E402
 from jax_md import energy, minimize, quantity, space  # noqa: E402
 
 from mnjit import mnjit as jit  # noqa: E402  the one change: was `from jax import jit`
+from _common import add_jit_options, chosen_jit, verdict  # noqa: E402  --jit/--check, shared by the samples
 
 
 def run(jit, n: int = 1000, steps: int = 200, dimension: int = 2, density: float = 0.8, quiet: bool = False):
@@ -44,19 +44,13 @@ def run(jit, n: int = 1000, steps: int = 200, dimension: int = 2, density: float
     return energies, state
 
 
-def _load_jit(spec: str):
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr or "jit")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--jit", help="use this jit instead of mnjit, as module:attr (e.g. jax:jit)")
-    parser.add_argument("--check", action="store_true", help="also run jax.jit and compare the final energy")
+    add_jit_options(parser, "the final energy")
     args = parser.parse_args(argv)
-    energies, state = run(_load_jit(args.jit) if args.jit else jit, args.n, args.steps)
+    energies, state = run(chosen_jit(args.jit, jit), args.n, args.steps)
     if args.check:
         import jax
         reference, ref_state = run(jax.jit, args.n, args.steps, quiet=True)
@@ -68,10 +62,8 @@ def main(argv=None) -> int:
         position_diff = float(jnp.max(jnp.abs(state.position - ref_state.position)))
         print(f"final energy: mnjit {energies[-1]:.12g}, jax.jit {reference[-1]:.12g}; worst relative difference"
               f" while E > {tiny:g}: {worst:.3e}; max position difference {position_diff:.3e}")
-        if final_diff > 1e-6 * abs(reference[-1]) + tiny or worst > 1e-6:
-            print("FAIL: energies differ from jax.jit by more than 1e-6 relative")
-            return 1
-        print("OK: matches jax.jit")
+        return verdict(final_diff <= 1e-6 * abs(reference[-1]) + tiny and worst <= 1e-6,
+                       "energies differ from jax.jit by more than 1e-6 relative")
     return 0
 
 

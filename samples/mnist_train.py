@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib
 import itertools
 import os
 import time
@@ -24,6 +23,7 @@ from jax.example_libraries import optimizers, stax
 from jax.example_libraries.stax import Dense, LogSoftmax, Relu
 
 from mnjit import mnjit as jit  # the one change: was `from jax import jit`
+from _common import add_jit_options, chosen_jit, verdict  # noqa: E402  --jit/--check, shared by the samples
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -136,25 +136,18 @@ def train(jit, data, num_epochs: int, batch_size: int = 128, step_size: float = 
     return history, get_params(opt_state)
 
 
-def _load_jit(spec: str):
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr or "jit")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", help="folder with the MNIST idx files (else synthetic data)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--num-train", type=int, default=60000, help="synthetic training images")
-    parser.add_argument("--jit", help="use this jit instead of mnjit, as module:attr (e.g. jax:jit)")
-    parser.add_argument("--check", action="store_true", help="also run jax.jit and report the largest difference")
+    add_jit_options(parser, "the losses")
     parser.add_argument("--noise-floor", action="store_true",
                         help="with --check: also run jax.jit on data with one pixel moved by one ulp, to show how "
                              "far jax.jit's own losses drift from a change that small")
     args = parser.parse_args(argv)
     data = mnist(args.data_dir, num_train=args.num_train)
-    chosen = _load_jit(args.jit) if args.jit else jit
-    history, params = train(chosen, data, args.epochs)
+    history, params = train(chosen_jit(args.jit, jit), data, args.epochs)
     if args.check:
         import jax
         print("\nRunning jax.jit for comparison...")
@@ -171,10 +164,7 @@ def main(argv=None) -> int:
             nudged, _ = train(jax.jit, (images, *data[1:]), args.epochs, quiet=True)
             floor = max(abs(a[0] - b[0]) / abs(b[0]) for a, b in zip(nudged, ref_history))
             print(f"jax.jit against itself with one pixel moved by one ulp: {floor:.3e} relative loss difference")
-        if loss_rel > 1e-5:
-            print("FAIL: losses differ from jax.jit by more than 1e-5 relative")
-            return 1
-        print("OK: matches jax.jit")
+        return verdict(loss_rel <= 1e-5, "losses differ from jax.jit by more than 1e-5 relative")
     return 0
 
 

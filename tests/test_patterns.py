@@ -1,15 +1,17 @@
 """Fusions and clean-up (hlo2onnx.patterns): the fused op shows up in the graph, and the model still matches jax.jit."""
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from jax.example_libraries import optimizers, stax
+from jax.example_libraries import stax
 
 import hlo2onnx
 from harness import Case, assert_same, check_model, rand, run_case
@@ -211,21 +213,12 @@ def mlp_args():
 
 
 def mnist_step():
-    init_random_params, predict = stax.serial(stax.Dense(1024), stax.Relu, stax.Dense(1024), stax.Relu,
-                                              stax.Dense(10), stax.LogSoftmax)
-    opt_init, opt_update, get_params = optimizers.momentum(0.001, mass=0.9)
+    """The MNIST example's training step, as benchmarks/bench_mnist.py builds it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_mnist import build
 
-    def loss(params, batch):
-        inputs, targets = batch
-        return -jnp.mean(jnp.sum(predict(params, inputs) * targets, axis=1))
-
-    def update(i, opt_state, batch):
-        return opt_update(i, jax.grad(loss)(get_params(opt_state), batch), opt_state)
-
-    _, params = init_random_params(jax.random.PRNGKey(0), (-1, 28 * 28))
-    rng = np.random.default_rng(0)
-    batch = (rng.normal(size=(128, 784)).astype(F32), np.eye(10, dtype=F32)[rng.integers(0, 10, 128)])
-    return update, (0, opt_init(params), batch), predict, params
+    predict, update, params, opt_state, batch, _ = build()
+    return update, (0, opt_state, batch), predict, params
 
 
 def encoder_block(p, x):
