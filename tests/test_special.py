@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import jax.scipy.special as jss
+import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
@@ -159,3 +160,13 @@ def test_f64_trig_keeps_relative_precision_near_zeros() -> None:
         for f in funs:
             expected, actual = np.asarray(jax.jit(f)(x)), np.asarray(mnjit(f)(x))
             np.testing.assert_allclose(actual, expected, rtol=4e-15, atol=0, err_msg=f.__name__)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_sign_keeps_signed_zero_and_nan(dtype):
+    """XLA's sign returns ±0 and NaN as they are; the value comparison alone would not see a -0 turned +0."""
+    x = np.array([-0.0, 0.0, np.nan, np.inf, -np.inf, 1e-30, -1e-30, 3.0, -2.5], dtype)
+    with jax.enable_x64(dtype == np.float64):
+        got, want = (np.asarray(f(jnp.sign)(x)).astype(np.float64) for f in (mnjit, jax.jit))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
