@@ -12,8 +12,10 @@ Philox4x32 with 10), so results match jax.jit on CPU bit for bit.
   state keeps only the low word; state[1], state[2] for u64[3]). Counter + i
   gives 4 words, laid out round-robin.
 - DEFAULT is PHILOX: XLA's CPU and GPU compilers run RngBitGeneratorExpander(RNG_PHILOX).
-- Narrower outputs are the low bits of the 32-bit stream; signed and float
-  outputs reinterpret the unsigned bits.
+- Narrower outputs are the low bits of the 32-bit stream; signed outputs
+  reinterpret the unsigned bits (XLA's CPU executable even returns them unsigned).
+- Float outputs are refused: ORT has no bitcast, so random NaN patterns would
+  lose their payloads (and XLA returns unsigned integers for them anyway).
 
 Words are u32 tensors (ORT's Add/Xor/BitShift wrap mod 2^32 there); Philox's
 32x32->64 multiply runs in u64.
@@ -24,11 +26,10 @@ import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
-from hlo2onnx.ops.bits import bits_to_float, from_unsigned
+from hlo2onnx.ops.bits import from_unsigned
 from hlo2onnx.registry import register
-from hlo2onnx.types import is_float
 
-U32, U64, I64 = np.dtype(np.uint32), np.dtype(np.uint64), np.dtype(np.int64)
+U32, U64 = np.dtype(np.uint32), np.dtype(np.uint64)
 _UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: U32, 8: U64}
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # multipliers of words 0 and 2
@@ -154,8 +155,9 @@ def rng_bit_generator(ctx, state: ir.Value, *, rng_algorithm) -> list[ir.Value]:
     dtype, shape = out_type.dtype, tuple(out_type.shape)
     if state_type.dtype != U64:
         raise NotImplementedError(f"rng_bit_generator with a {state_type.dtype} state: XLA expands u64 states only")
-    if not (dtype.kind in "ui" and dtype.itemsize in _UNSIGNED or is_float(dtype) and dtype.itemsize >= 2):
-        raise NotImplementedError(f"rng_bit_generator producing {dtype}")
+    if dtype.kind not in "ui":
+        raise NotImplementedError(f"rng_bit_generator producing {dtype}: only integer bits can be exact (ORT has "
+                                  "no bitcast, random NaN patterns would lose their payloads)")
     words = state_type.shape[0]
     if (algorithm, words) not in {("THREE_FRY", 2), ("PHILOX", 2), ("PHILOX", 3)}:
         raise NotImplementedError(f"rng_bit_generator {algorithm} with a u64[{words}] state: XLA takes "
@@ -173,6 +175,4 @@ def rng_bit_generator(ctx, state: ir.Value, *, rng_algorithm) -> list[ir.Value]:
     new_state = b.op("Concat", *(b.op("Unsqueeze", w, b.shape_const([0])) for w in new_state), axis=0)
     unsigned = _UNSIGNED[dtype.itemsize]
     bits = b.cast(bits, unsigned)  # u32 -> u8/u16 keeps the low bits
-    if is_float(dtype):
-        return [new_state, bits_to_float(b, b.cast(bits, I64), dtype)]
     return [new_state, bits if dtype == unsigned else from_unsigned(b, bits, dtype)]
