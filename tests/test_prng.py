@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 
 from harness import Case, run_case
-from hlo2onnx.errors import UnsupportedOpError
-from mnjit import mnjit
 
 KEY = np.asarray(jax.random.key_data(jax.random.PRNGKey(2024)))
 LOGITS = np.log(np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25], [0.02, 0.97, 0.01]], np.float32))
@@ -96,12 +94,15 @@ def test_prng(case: Case) -> None:
 
 
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
-def test_rng_bit_generator_is_refused(impl: str) -> None:
-    """The rbg implementations lower to stablehlo.rng_bit_generator, which has no rule yet: a clear error."""
+def test_rng_bit_generator_impls(impl: str) -> None:
+    """The rbg implementations lower to stablehlo.rng_bit_generator: bit for bit too.
+
+    test_rng_bit_generator.py covers the op and these implementations in full.
+    """
     key = np.asarray(jax.random.key_data(jax.random.key(7, impl=impl)))
 
     def draw(k):
-        return jax.random.uniform(jax.random.wrap_key_data(k, impl=impl), (4, 3))
+        k = jax.random.wrap_key_data(k, impl=impl)
+        return jax.random.uniform(k, (4, 3)), jax.random.key_data(jax.random.split(k, 3))
 
-    with pytest.raises(UnsupportedOpError, match="rng_bit_generator"):
-        mnjit(draw)(key)
+    run_case(Case(f"{impl}_uniform_split", draw, (key,), tol=EXACT))
