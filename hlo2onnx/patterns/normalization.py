@@ -31,8 +31,9 @@ def _row_max(op, x, max_axes):
     The guard (NaN if any element is NaN, as XLA's max) changes nothing inside a
     (log-)softmax: a NaN anywhere in a row already makes the whole row NaN.
     """
-    guarded = op.Where(op.Cast(op.ReduceMax(op.Cast(op.IsNaN(x)), max_axes, keepdims=0)), pattern.Var("nan_fill"),
-                       op.ReduceMax(x, max_axes, keepdims=0))
+    # The guard's axes are a value of their own: two equal constants need not be one initializer.
+    guarded = op.Where(op.Cast(op.ReduceMax(op.Cast(op.IsNaN(x)), pattern.Var("nan_axes"), keepdims=0)),
+                       pattern.Var("nan_fill"), op.ReduceMax(x, max_axes, keepdims=0))
     return pattern.OrValue([op.ReduceMax(x, max_axes, keepdims=1), op.Reshape(guarded, _ignored_shape())],
                            tag_var=None)
 
@@ -50,10 +51,10 @@ class Softmax(Fusion):
         e = op.Exp(op.Sub(x, _row_max(op, x, max_axes)))
         return op.Div(e, op.ReduceSum(e, sum_axes, keepdims=1))
 
-    def check(self, context, x, max_axes, sum_axes, **_) -> MatchResult:
+    def check(self, context, x, max_axes, sum_axes, nan_axes=None, **_) -> MatchResult:
         result = self.available(x)
         if result:
-            self._axis = _single_axis(result, x, max_axes, sum_axes)
+            self._axis = _single_axis(result, x, max_axes, sum_axes, *([nan_axes] if nan_axes is not None else []))
         return result
 
     def rewrite(self, op, x, **_):
@@ -154,8 +155,56 @@ class LayerNormRsqrt(LayerNorm):
     rsqrt = True
 
 
+class LayerNormClampedVar(LayerNorm):
+    """equinox's LayerNorm: the variance clamped at 0 (max(0, var)) before eps, then rsqrt."""
+
+    rsqrt = True
+
+    def pattern(self, op, x, axes1, n1, axes2, n2, zero, epsilon):
+        d = op.Sub(x, _mean(op, x, axes1, n1))
+        square = pattern.OrValue([op.Mul(d, d), op.Pow(d, 2)])
+        clamped = pattern.OrValue([op.Max(zero, _mean(op, square, axes2, n2)), op.Relu(_mean(op, square, axes2, n2))])
+        return _normalize(op, d, op.Add(clamped, epsilon), self.rsqrt)
+
+    def check(self, context, x, axes1, n1, axes2, n2, epsilon, zero=None, **_) -> MatchResult:
+        # A variance is never negative, so the clamp changes nothing the fused op would compute.
+        if zero is not None and scalar(zero) != 0:
+            return MatchResult().fail(f"clamps the variance at {scalar(zero)}, not 0", zero)
+        return super().check(context, x, axes1, n1, axes2, n2, epsilon)
+
+
 class RMSNormRsqrt(RMSNorm):
     rsqrt = True
+
+
+class LayerNormFastVariance(LayerNorm):
+    """flax's LayerNorm: var = max(0, mean(x*x) - mean(x)^2) from reductions without keepdims (a Reshape makes
+    the rows), and the scale multiplied into rsqrt(var + eps) before it meets x - mean. Becomes
+    LayerNormalization(x) * g, which NormScale folds."""
+
+    def pattern(self, op, x, axes1, n1, axes2, n2, zero, epsilon, g, mean_shape, var_shape):
+        mean = op.Div(op.ReduceSum(x, axes1, keepdims=0), n1)
+        mean_square = op.Div(op.ReduceSum(op.Mul(x, x), axes2, keepdims=0), n2)
+        var = op.Sub(mean_square, op.Mul(mean, mean))
+        var = pattern.OrValue([op.Max(zero, var), op.Relu(var)])
+        inv = op.Reciprocal(op.Sqrt(op.Add(op.Reshape(var, var_shape), epsilon)))
+        return op.Mul(op.Sub(x, op.Reshape(mean, mean_shape)), op.Mul(inv, g))
+
+    def check(self, context, x, axes1, n1, axes2, n2, epsilon, g, mean_shape, var_shape, zero=None,
+              **_) -> MatchResult:
+        result = _check_mean_and_eps(self, x, [axes1, axes2], [n1, n2], epsilon)
+        if not result:
+            return result
+        if zero is not None and scalar(zero) != 0:
+            return result.fail(f"clamps the variance at {scalar(zero)}, not 0", zero)
+        kept = [d if i < self._axis else 1 for i, d in enumerate(static_shape(x))]
+        for shape in (mean_shape, var_shape):
+            if const_array(shape) is None or const_array(shape).tolist() != kept:
+                return result.fail(f"the statistics are not reshaped to the rows {kept}", shape)
+        return result
+
+    def rewrite(self, op, x, g, **_):
+        return op.Mul(super().rewrite(op, x), g)
 
 
 def _normalized_shape_of(node: ir.Node) -> list[int] | None:
@@ -266,7 +315,7 @@ class BatchNorm(Fusion):
 
 def rules(opset: int, target) -> list:
     return [rule
-            for cls in (Softmax, LogSoftmax, LayerNorm, LayerNormRsqrt, NormScale, NormBias, RMSNorm, RMSNormRsqrt,
+            for cls in (Softmax, LogSoftmax, LayerNorm, LayerNormRsqrt, LayerNormClampedVar, LayerNormFastVariance, NormScale, NormBias, RMSNorm, RMSNormRsqrt,
                         RMSNormScale, BatchNorm)
             if opset >= cls.min_opset
             for rule in cls.rule(opset, target).commute()]
