@@ -163,7 +163,8 @@ class LayerNormClampedVar(LayerNorm):
     def pattern(self, op, x, axes1, n1, axes2, n2, zero, epsilon):
         d = op.Sub(x, _mean(op, x, axes1, n1))
         square = pattern.OrValue([op.Mul(d, d), op.Pow(d, 2)])
-        clamped = pattern.OrValue([op.Max(zero, _mean(op, square, axes2, n2)), op.Relu(_mean(op, square, axes2, n2))])
+        var = _mean(op, square, axes2, n2)
+        clamped = pattern.OrValue([op.Max(zero, var), op.Relu(var)])
         return _normalize(op, d, op.Add(clamped, epsilon), self.rsqrt)
 
     def check(self, context, x, axes1, n1, axes2, n2, epsilon, zero=None, **_) -> MatchResult:
@@ -315,7 +316,7 @@ class BatchNorm(Fusion):
 
 def rules(opset: int, target) -> list:
     return [rule
-            for cls in (Softmax, LogSoftmax, LayerNorm, LayerNormRsqrt, LayerNormClampedVar, LayerNormFastVariance, NormScale, NormBias, RMSNorm, RMSNormRsqrt,
-                        RMSNormScale, BatchNorm)
+            for cls in (Softmax, LogSoftmax, LayerNorm, LayerNormRsqrt, LayerNormClampedVar, LayerNormFastVariance,
+                        NormScale, NormBias, RMSNorm, RMSNormRsqrt, RMSNormScale, BatchNorm)
             if opset >= cls.min_opset
             for rule in cls.rule(opset, target).commute()]
