@@ -109,9 +109,11 @@ def _slice_of_concat(node: ir.Node, concat: ir.Node, emit: _Emitter) -> ir.Value
         elif offset < stop and start < offset + size:
             return None  # cuts into a piece
         offset += size
-    others = {a: r for a, r in ranges.items() if a != axis}
-    if others:
+    others = {a: r for a, r in ranges.items() if a != axis and r != (0, static_shape(node.inputs[0])[a])}
+    if others or not whole:
         return None
+    if len(whole) == 1:
+        return whole[0]
     return emit("Concat", *whole, like=node.outputs[0], attrs=tuple(concat.attributes.values()))
 
 
