@@ -4,7 +4,7 @@ Rules never special-case a runtime. They ask `Target.compute_dtype(op, dtype)`
 which dtype to run an ONNX op in; when the runtime lacks the kernel, the
 answer is a wider dtype and the builder casts around the op.
 
-The ORT CPU gaps below were measured with onnxruntime 1.31 at opset 21 (one
+The ORT CPU gaps below were measured with onnxruntime 1.31 and 1.32 at opset 21 (one
 tiny model per op and dtype); tests/test_support.py re-checks every entry.
 """
 from __future__ import annotations
