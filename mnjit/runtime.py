@@ -32,16 +32,17 @@ _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.comp
 _NO_DLPACK = frozenset({_BOOL, *_ML_DTYPES, *_COMPLEX_PAIRS})
 
 
-def _push_takes_bool_flag() -> bool:
-    """ORT <= 1.31 has OrtValueVector.push_back(capsule, is_bool); 1.32 dropped the flag."""
+def _dlpack_pusher():
+    """OrtValueVector's push of a DLPack capsule, chosen once: ORT <= 1.31 takes an is_bool flag, 1.32 dropped it."""
+    push = _C.OrtValueVector.push_back
     try:
-        _C.OrtValueVector().push_back(np.zeros(1, np.float32).__dlpack__(), False)
-        return True
+        push(_C.OrtValueVector(), np.zeros(1, np.float32).__dlpack__(), False)
+        return lambda vector, capsule: push(vector, capsule, False)
     except TypeError:
-        return False
+        return push
 
 
-_PUSH_FLAG = _FAST_RUN and _push_takes_bool_flag()
+_push_dlpack = _dlpack_pusher() if _FAST_RUN else None
 
 
 def session_options() -> ort.SessionOptions:
@@ -91,10 +92,7 @@ class OrtRunner:
         keep_alive = []  # ortvalue_from_numpy does not own its buffer
         for leaf, dtype in zip(leaves, self.in_dtypes):
             if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype and dtype not in _NO_DLPACK:
-                if _PUSH_FLAG:
-                    feeds.push_back(leaf.__dlpack__(), False)
-                else:
-                    feeds.push_back(leaf.__dlpack__())
+                _push_dlpack(feeds, leaf.__dlpack__())
                 continue
             # Bool does not cross DLPack into ORT, nor do ml_dtypes; numpy leaves may need
             # jax's dtype canonicalization (int64 -> int32 without x64). A view, not a copy, when dtypes agree.
