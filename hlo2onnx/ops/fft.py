@@ -109,21 +109,14 @@ def _irfft(b, x: ir.Value, shape: list[int], n: int, dtype) -> ir.Value:
     if _by_bluestein(n):
         # y = Re(IDFT_n(weight * X zero-padded to n)): the mirrored bins are the conjugates of the doubled
         # ones, and the imaginary parts of bins 0 and n/2 drop out of the real part by themselves.
-        weight = np.full(m, 2.0)
-        weight[0] = 1
-        if n % 2 == 0:
-            weight[-1] = 1
-        y = _bluestein(b, x, len(shape) + 1, n, m, n, True, dtype, weight)
+        y = _bluestein(b, x, len(shape) + 1, n, m, n, True, dtype, _irfft_weights(n))
         y = b.op("Gather", y, b.const(np.int64(0)), axis=-1)
         return reshape_to(b, y, shape[:-1] + [n])
     if not _by_matrix(n):
         y = b.op("DFT", x, b.const(np.int64(n)), b.const(np.int64(-2)), inverse=1, onesided=1)
         return reshape_to(b, y, shape[:-1] + [n])
     cos, sin = _twiddles(m, n, n)
-    weight = np.full(m, 2.0)
-    weight[0] = 1
-    if n % 2 == 0:
-        weight[-1] = 1
+    weight = _irfft_weights(n)
     matrix = np.stack([weight[:, None] * cos, -weight[:, None] * sin], axis=1) / n  # (m, 2, n)
     matrix[0, 1] = 0
     if n % 2 == 0:
@@ -132,12 +125,20 @@ def _irfft(b, x: ir.Value, shape: list[int], n: int, dtype) -> ir.Value:
     return b.typed("MatMul", flat, b.const(matrix.reshape(2 * m, n).astype(dtype)), dtype=dtype)
 
 
+def _irfft_weights(n: int) -> np.ndarray:
+    """How often each of the n//2 + 1 stored bins counts in a real length-n signal: the others mirror them."""
+    weight = np.full(n // 2 + 1, 2.0)
+    weight[0] = 1
+    if n % 2 == 0:
+        weight[-1] = 1
+    return weight
+
+
 def _times(b, x: ir.Value, c: np.ndarray, dtype, real: bool = False) -> ir.Value:
     """Pairs `x` [..., L, 2] (or real [..., L, 1]) times complex constants `c` [L], elementwise."""
     re, im = c.real, c.imag
-    y = b.op("Mul", x, b.const(np.stack([re, im], axis=-1).astype(dtype)))
     if real:
-        return y
+        return b.op("Mul", x, b.const(np.stack([re, im], axis=-1).astype(dtype)))
     # (a + ib)(re + i im) = [a re, b re] + [b, a] * [-im, im]
     swapped = b.op("Gather", x, b.const(np.array([1, 0], dtype=np.int64)), axis=-1)
     return b.op("Add", b.op("Mul", x, b.const(np.stack([re, re], axis=-1).astype(dtype))),
