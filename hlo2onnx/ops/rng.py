@@ -30,7 +30,6 @@ from hlo2onnx.ops.bits import from_unsigned
 from hlo2onnx.registry import register
 
 U32, U64 = np.dtype(np.uint32), np.dtype(np.uint64)
-_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: U32, 8: U64}
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # multipliers of words 0 and 2
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # key increments per round
@@ -173,6 +172,4 @@ def rng_bit_generator(ctx, state: ir.Value, *, rng_algorithm) -> list[ir.Value]:
         bits, low, high = _philox(b, key, word[1], high, shape, width)
         new_state = [key, low, high][:words]
     new_state = b.op("Concat", *(b.op("Unsqueeze", w, b.shape_const([0])) for w in new_state), axis=0)
-    unsigned = _UNSIGNED[dtype.itemsize]
-    bits = b.cast(bits, unsigned)  # u32 -> u8/u16 keeps the low bits
-    return [new_state, bits if dtype == unsigned else from_unsigned(b, bits, dtype)]
+    return [new_state, from_unsigned(b, bits, dtype)]  # u32 -> u8/u16 keeps the low bits
