@@ -196,6 +196,12 @@ def _eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
     return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
 
 
+def _stored_triangle(b: Builder, n: int, uplo: int) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """Row and column indices, and the mask of the triangle LAPACK reads (`uplo` 'L' or 'U')."""
+    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
+    return row, col, b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
+
+
 # -- eigh ------------------------------------------------------------------------------------------------
 @register_custom_call("lapack_ssyevd_ffi", "lapack_dsyevd_ffi")
 def syevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
@@ -207,8 +213,7 @@ def syevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     if batch * n == 0:
         return _empty(b, ctx.out_types)
     x = _flat(b, a, ctx.in_types[0], 2, dtype)
-    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
-    triangle = b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
+    _, _, triangle = _stored_triangle(b, n, uplo)
     x = b.op("Where", triangle, x, _transposed(b, x))
     w = _eye(b, batch, n, dtype)  # rows: the eigenvectors
     info = _info(b, x, dtype, t_info)
@@ -254,8 +259,7 @@ def heevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
         return _empty(b, ctx.out_types)
     plane_type = TensorType(ctx.in_types[0].shape, dtype)
     re, im = (_flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1))
-    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
-    triangle = b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
+    row, col, triangle = _stored_triangle(b, n, uplo)
     zero = b.const(np.zeros((), dtype))
     # The Hermitian matrix of the triangle; LAPACK takes the diagonal as real.
     re = b.op("Where", triangle, re, _transposed(b, re))
