@@ -1,7 +1,6 @@
 """The ORT CPU support table must match what ONNX Runtime can actually run, entry by entry."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,17 +20,20 @@ _ARITY = {"Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Max": 2, "Min": 2, "Neg": 1, 
           "Atan": 1, "Relu": 1, "Pow": 2, "MatMul": 2}
 
 
+def _one_node_model(op: str, dtype: np.dtype) -> onnx.ModelProto:
+    """`op` on [2, 2] inputs of `dtype`."""
+    elem = int(onnx_dtype(dtype))
+    inputs = [helper.make_tensor_value_info(f"x{i}", elem, [2, 2]) for i in range(_ARITY[op])]
+    graph = helper.make_graph([helper.make_node(op, [i.name for i in inputs], ["y"])], "g", inputs,
+                              [helper.make_tensor_value_info("y", elem, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
 def _runs(op: str, dtype: np.dtype) -> bool:
-    n = _ARITY[op]
-    shape = [2, 2]
-    elem = onnx_dtype(dtype)
-    inputs = [helper.make_tensor_value_info(f"x{i}", int(elem), shape) for i in range(n)]
-    graph = helper.make_graph([helper.make_node(op, [f"x{i}" for i in range(n)], ["y"])], "g", inputs,
-                              [helper.make_tensor_value_info("y", int(elem), None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        session.run(None, {f"x{i}": np.ones(shape, dtype) for i in range(n)})
+        session = ort.InferenceSession(_one_node_model(op, dtype).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        session.run(None, {f"x{i}": np.ones([2, 2], dtype) for i in range(_ARITY[op])})
         return True
     except Exception:  # noqa: BLE001 - ORT raises several types for a missing kernel
         return False
@@ -86,24 +88,19 @@ def test_f16_chains_lose_rounding_in_ort():
     assert (y != per_op).any()
 
 
-def _casts_to_f32(op: str) -> bool:
+def _casts_to_f32(op: str, directory: Path) -> bool:
     """Whether ORT runs a one-node f16 `op` by inserting Casts (no f16 kernel)."""
-    n = _ARITY[op]
-    inputs = [helper.make_tensor_value_info(f"x{i}", onnx.TensorProto.FLOAT16, [2, 2]) for i in range(n)]
-    graph = helper.make_graph([helper.make_node(op, [f"x{i}" for i in range(n)], ["y"])], "g", inputs,
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.optimized_model_filepath = str(_TMP / f"{op}.onnx")
-    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    options.optimized_model_filepath = str(directory / f"{op}.onnx")
+    ort.InferenceSession(_one_node_model(op, np.dtype(np.float16)).SerializeToString(), options,
+                         providers=["CPUExecutionProvider"])
     return any(node.op_type == "Cast" for node in onnx.load(options.optimized_model_filepath).graph.node)
 
 
-_TMP = Path(tempfile.mkdtemp())
 _F16_PROBED = [op for op in _ARITY if _schema_allows(op, np.dtype(np.float16))]
 
 
 @pytest.mark.parametrize("op", _F16_PROBED)
-def test_f16_table_matches_ort(op):
-    assert (op in _F16_VIA_F32) == _casts_to_f32(op), f"{op}: f16 via f32 in the table, not in ORT (or back)"
+def test_f16_table_matches_ort(op, tmp_path):
+    assert (op in _F16_VIA_F32) == _casts_to_f32(op, tmp_path), f"{op}: f16 via f32 in the table, not in ORT (or back)"
