@@ -56,12 +56,16 @@ def _mode(node: ir.Node) -> str:
     return mode.as_string() if mode is not None else "constant"
 
 
+def _pads_input(emit: _Emitter, pads: np.ndarray) -> ir.Value:
+    """Pad's `pads` input for [rank, 2] (start, end) pairs: all starts, then all ends."""
+    return emit.graph_shape(tuple(pads.T.reshape(-1).tolist()))
+
+
 def _pad(emit: _Emitter, like_node: ir.Node, x: ir.Value, pads: np.ndarray, out: ir.Value) -> ir.Value:
     if not pads.any():
         return x
     value = like_node.inputs[2:3] if len(like_node.inputs) > 2 else []
-    return emit("Pad", x, emit.graph_shape(tuple(pads.T.reshape(-1).tolist())), *value, like=out,
-                attrs=tuple(like_node.attributes.values()))
+    return emit("Pad", x, _pads_input(emit, pads), *value, like=out, attrs=tuple(like_node.attributes.values()))
 
 
 def _slice_of_slice(node: ir.Node, inner: ir.Node, emit: _Emitter) -> ir.Value | None:
@@ -169,8 +173,8 @@ def _tail(value: ir.Value, x: ir.Value, axis: int, at_end: bool) -> int | None:
     ranges = _ranges(sliced) if sliced is not None and sliced.inputs[0] is x else None
     if ranges is None or set(ranges) - {axis}:
         return None
-    start, stop = ranges.get(axis, (0, static_shape(x)[axis]))
     size = static_shape(x)[axis]
+    start, stop = ranges.get(axis, (0, size))
     return stop - start if (stop == size if at_end else start == 0) else None
 
 
@@ -188,8 +192,7 @@ def concat_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
             pads[axis] = (sum(before), sum(after))
             if pads[axis].max() > static_shape(x)[axis]:
                 return None
-            return emit("Pad", x, emit.graph_shape(tuple(pads.T.reshape(-1).tolist())), like=node.outputs[0],
-                        attrs=(ir.AttrString("mode", "wrap"),))
+            return emit("Pad", x, _pads_input(emit, pads), like=node.outputs[0], attrs=(ir.AttrString("mode", "wrap"),))
     return None
 
 
