@@ -105,6 +105,10 @@ class Target:
     and dtypes they accept (`ops`, `dtypes`; None: any), the target that runs
     what they cannot (`fallback`: ORT's CPU provider behind its CUDA one), and
     ops they lack but take in expanded form (`expanded`: IsNaN as x != x).
+
+    A target also says where mnjit runs the model: the `runtime` package
+    (`onnxruntime` or `openvino`), its execution `providers` in order of
+    preference, and the jax `device` platform its arrays live on.
     """
 
     name: str
@@ -115,6 +119,9 @@ class Target:
     fallback: "Target | None" = None
     expanded: frozenset[str] = frozenset()  # ops rules may emit; replaced after fusion by exact expansions
     description: str = ""
+    runtime: str = "onnxruntime"
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    device: str = "cpu"
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)

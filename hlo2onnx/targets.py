@@ -84,7 +84,8 @@ def _kernel_table(kernels: dict[str, str]) -> dict[str, frozenset[np.dtype]]:
 
 ORT_CUDA = Target("ort-cuda", _kernel_table(_ORT_CUDA_KERNELS), bf16_compute=True,
                   ops=frozenset(_ORT_CUDA_KERNELS), fallback=ORT_CPU,
-                  description="ONNX Runtime's CUDA provider (from ORT's kernel table; nodes it lacks run on CPU)")
+                  description="ONNX Runtime's CUDA provider (from ORT's kernel table; nodes it lacks run on CPU)",
+                  providers=("CUDAExecutionProvider", "CPUExecutionProvider"), device="gpu")
 
 # -- core: what a typical accelerator compiler accepts ------------------------------------------------------
 _CORE_OPS = frozenset("""

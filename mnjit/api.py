@@ -1,8 +1,10 @@
 """The mnjit decorator: jax.jit's capture and cache, ONNX Runtime's execution."""
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
@@ -13,7 +15,9 @@ import onnx_ir as ir
 from jax import core
 
 import hlo2onnx
-from mnjit.runtime import OrtRunner
+from hlo2onnx.convert import MAX_OPSET, MIN_OPSET
+from mnjit import device
+from mnjit.files import save_model
 
 _ARRAY_TYPE = type(jax.numpy.zeros(()))
 _flatten = jax.tree_util.tree_flatten
@@ -70,23 +74,28 @@ class MnjitLowered:
     def as_text(self, debug_info: bool = False) -> str:
         return self.lowered.as_text(debug_info=debug_info)
 
-    @functools.cached_property
+    @property
     def onnx_model(self) -> onnx.ModelProto:
+        """The model as an onnx.ModelProto (built on each access: the cache keeps only the onnx-ir model)."""
         return ir.to_proto(self.model)
 
-    @functools.cached_property
+    @property
     def model_bytes(self) -> bytes:
         return self.onnx_model.SerializeToString()
 
-    def save(self, path: str) -> None:
-        with open(path, "wb") as f:
-            f.write(self.model_bytes)
+    def save(self, path: str | os.PathLike, external_data: str | None = None) -> None:
+        """Writes the model to `path`, atomically: a failure leaves any existing file as it was.
+
+        Weights go to the file `external_data` (a name relative to `path`'s folder) when given, and always
+        when they exceed protobuf's 2 GB limit (then beside `path`, as `<name>.data`).
+        """
+        save_model(self.model, path, external_data)
 
 
 @dataclass
 class _CacheEntry:
     lowered: MnjitLowered
-    runner: OrtRunner
+    runner: device.Runner
     out_tree: Any
 
 
@@ -95,20 +104,26 @@ class MnjitFunction:
 
     def __init__(self, fun: Callable, *, static_argnums=None, static_argnames=None,
                  target: str | hlo2onnx.Target = "ort-cpu", opset: int = hlo2onnx.DEFAULT_OPSET,
-                 providers: Sequence[str] = ("CPUExecutionProvider",), donate_argnums=None, donate_argnames=None):
+                 max_cache_size: int | None = None, donate_argnums=None, donate_argnames=None):
         if not callable(fun):
             raise TypeError(f"mnjit expects a callable, got {type(fun).__name__}")
+        if not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
+            raise ValueError(f"opset {opset!r} is not supported (choose {MIN_OPSET} to {MAX_OPSET})")
+        if max_cache_size is not None and max_cache_size < 1:
+            raise ValueError(f"max_cache_size must be at least 1 (or None), got {max_cache_size}")
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
         self._target = hlo2onnx.targets.get(target)
+        device.require(self._target)  # a missing runtime or device is refused now, never run elsewhere
         self._opset = opset
-        self._providers = tuple(providers)
         # donate_* are accepted for drop-in compatibility; ORT allocates fresh outputs anyway.
-        # keep_unused: jit would drop unused arguments and shift the inputs (findings.md).
+        # keep_unused: jit would drop unused arguments and shift the inputs (docs/runtime.md).
         self._jitted = jax.jit(fun, static_argnums=self._static_argnums, static_argnames=self._static_argnames,
                                keep_unused=True)
-        self._cache: dict[Hashable, _CacheEntry] = {}
+        # Least recently used first when capped (like XLA's compilation cache); a plain dict otherwise.
+        self._cache: dict[Hashable, _CacheEntry] = collections.OrderedDict() if max_cache_size else {}
+        self._max_cache_size = max_cache_size
         self.translations = 0  # how many signatures were translated (a cache miss each)
 
     # -- calling -----------------------------------------------------------------
@@ -127,6 +142,10 @@ class MnjitFunction:
             raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
         if entry is None:
             entry = self._cache[key] = self._compile(args, kwargs)
+            if self._max_cache_size and len(self._cache) > self._max_cache_size:
+                self._cache.popitem(last=False)
+        elif self._max_cache_size:
+            self._cache.move_to_end(key)
         outputs = entry.runner.run(leaves)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
 
@@ -156,7 +175,9 @@ class MnjitFunction:
         out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)
         if len(lowered.model.graph.inputs) != len(in_avals):
             raise AssertionError("ONNX inputs do not match the flattened arguments")
-        runner = OrtRunner(lowered.model_bytes, [a.dtype for a in in_avals], out_avals, self._providers)
+        runner = device.make_runner(self._target, lowered.model, in_avals, out_avals)
+        # The StableHLO module holds a copy of every constant; the entry keeps only the ONNX model.
+        lowered.lowered = None
         return _CacheEntry(lowered, runner, lowered.traced.out_tree)
 
     def clear_cache(self) -> None:
@@ -171,7 +192,9 @@ def mnjit(fun: Callable | None = None, *, static_argnums: int | Iterable[int] | 
           static_argnames: str | Iterable[str] | None = None, **options) -> MnjitFunction | Callable:
     """Drop-in for jax.jit that runs the compiled function on ONNX Runtime.
 
-    Options beyond jax.jit's: `target` (a hlo2onnx target profile name), `opset`, `providers`.
+    Options beyond jax.jit's: `target` (where the model runs and which ops it may use: a name in
+    `hlo2onnx.TARGETS`), `opset`, and `max_cache_size` (how many signatures to keep, least recently used
+    dropped first; default unlimited, like jax.jit).
     """
     if fun is None:
         return functools.partial(mnjit, static_argnums=static_argnums, static_argnames=static_argnames, **options)

@@ -1,27 +1,31 @@
-"""Runs an ONNX model on ONNX Runtime with jax.Arrays in and out, through DLPack.
+"""Runs an ONNX model on ONNX Runtime with jax.Arrays in and out.
 
-The per-call path uses ORT's C-level `run_with_ortvaluevector` and jax's raw
-DLPack import: the public wrappers cost tens of microseconds per call
-(findings.md). Both are private, so each has a public fallback chosen once
-at import.
+The per-call path binds each jax array's buffer to ORT by address through a
+C-level IOBinding and imports ORT's outputs into jax through DLPack, so no
+array is copied. The public wrappers cost tens of microseconds per call
+(docs/runtime.md); the C-level ones are private to ORT, so a public path
+(`run_with_ort_values`) is chosen once at import where they are missing.
 """
 from __future__ import annotations
 
+import threading
+import time
 from typing import Sequence
 
 import jax
 import ml_dtypes
 import numpy as np
+import onnx_ir as ir
 import onnxruntime as ort
 from jax._src.lib import _jax  # raw DLPack import; public fallback below
 
 _C = ort.capi._pybind_state
-_FAST_RUN = hasattr(_C.InferenceSession, "run_with_ortvaluevector") and hasattr(_C, "OrtValueVector")
+_FAST_RUN = hasattr(_C, "SessionIOBinding") and hasattr(_C.OrtValueVector, "to_dlpacks")
 _FAST_IMPORT = hasattr(_jax, "dlpack_managed_tensor_to_buffer")
 _ARRAY_TYPE = type(jax.numpy.zeros(()))
 _KDL_CPU = 1
 _BOOL = np.dtype(np.bool_)
-# dtype -> (same-width unsigned view, ONNX TensorProto type)
+# dtype -> (same-width unsigned view, ONNX TensorProto type): ORT's numpy bridge knows no ml_dtypes.
 _ML_DTYPES = {
     np.dtype(ml_dtypes.bfloat16): (np.uint16, 16),
     np.dtype(ml_dtypes.float8_e4m3fn): (np.uint8, 17),
@@ -29,113 +33,230 @@ _ML_DTYPES = {
 }
 # The graph holds complex tensors as float (real, imag) pairs on a trailing axis (hlo2onnx TensorType.storage).
 _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
-_NO_DLPACK = frozenset({_BOOL, *_ML_DTYPES, *_COMPLEX_PAIRS})
+# Initializers at least this large are handed to ORT as the translator's own numpy buffers
+# (add_external_initializers) instead of being serialized into the model: no copy, and no 2 GB protobuf limit.
+EXTERNAL_WEIGHT_BYTES = 1024
+# A run that took longer than this goes through the interruptible path next time (Ctrl-C ends it promptly).
+_SLOW_RUN_SECONDS = 0.02
 
 
-def _dlpack_pusher():
-    """OrtValueVector's push of a DLPack capsule, chosen once: ORT <= 1.31 takes an is_bool flag, 1.32 dropped it."""
-    push = _C.OrtValueVector.push_back
-    try:
-        push(_C.OrtValueVector(), np.zeros(1, np.float32).__dlpack__(), False)
-        return lambda vector, capsule: push(vector, capsule, False)
-    except TypeError:
-        return push
+# -- one thread pool for every session ----------------------------------------------------------------
+class _Threads:
+    """The process-wide ORT intra-op pool: sessions share it, so OS threads do not grow with signatures."""
+
+    def __init__(self) -> None:
+        self.size: int | None = None
+        self.lock = threading.Lock()
+
+    def ensure(self) -> None:
+        if self.size is None:
+            with self.lock:
+                if self.size is None:
+                    set_intra_op_threads(1)
 
 
-_push_dlpack = _dlpack_pusher() if _FAST_RUN else None
+_THREADS = _Threads()
+
+
+def set_intra_op_threads(count: int) -> None:
+    """Sizes the ORT thread pool all of mnjit's sessions share; call before the first mnjit call.
+
+    The default, 1, runs every kernel on the calling thread: no pool threads,
+    so nothing spins between kernels. ORT's global pool always spins when it
+    has threads (its Python API has no switch), which measured 1.7-2.3x slower
+    under load and slowed interleaved jax.jit calls by 1.6x (docs/runtime.md);
+    a larger pool pays off only for large kernels on an otherwise idle machine.
+    """
+    if count < 1:
+        raise ValueError(f"intra-op threads must be at least 1, got {count}")
+    if _THREADS.size is not None:
+        if _THREADS.size == count:
+            return
+        raise RuntimeError(f"mnjit's ORT thread pool already has {_THREADS.size} thread(s); "
+                           "set_intra_op_threads must be called before the first session is created")
+    _C.set_global_thread_pool_sizes(count, 1)
+    _THREADS.size = count
 
 
 def session_options() -> ort.SessionOptions:
+    _THREADS.ensure()
     options = ort.SessionOptions()
     # Measured: lower levels ran a CNN 1.4-1.6x slower; PARALLEL mode 1.8-19x slower.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
-    # ORT's pool threads spin between kernels by default. With other work on the cores (a loaded
-    # 2-core machine, measured), spinning made the CFD rollout 2.3x and the FIRE step 1.7x slower than
-    # with sleeping threads (on a quiet machine the two were within 5%).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.use_per_session_threads = False
     return options
 
 
+def create_session(model: ir.Model, providers: Sequence[str]) -> tuple[ort.InferenceSession, list[np.ndarray]]:
+    """An ORT session for `model`, whose large initializers ORT uses in place (zero-copy).
+
+    Returns the session and the arrays it reads, which must outlive it.
+    """
+    options = session_options()
+    weights, names, values = [], [], []
+    swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
+    try:
+        for value in model.graph.initializers.values():
+            tensor = value.const_value
+            if tensor is None or tensor.nbytes < EXTERNAL_WEIGHT_BYTES:
+                continue
+            array = _weight_array(tensor)
+            if array is None:
+                continue
+            weights.append(array)
+            names.append(value.name)
+            values.append(_ortvalue(array, tensor.dtype))
+            # Serialized as a reference to external data that never gets read: ORT takes the buffer given here.
+            value.const_value = ir.ExternalTensor("mnjit-in-memory", 0, tensor.nbytes, tensor.dtype,
+                                                  shape=tensor.shape, name=value.name, base_dir="")
+            swapped.append((value, tensor))
+        model_bytes = ir.to_proto(model).SerializeToString()
+    finally:
+        for value, tensor in swapped:
+            value.const_value = tensor
+    if names:
+        options.add_external_initializers(names, values)
+    session = ort.InferenceSession(model_bytes, options, providers=list(providers))
+    return session, weights
+
+
+def _weight_array(tensor: ir.TensorProtocol) -> np.ndarray | None:
+    """The tensor's data as a C-contiguous numpy array in its storage dtype, or None to serialize it."""
+    if tensor.dtype in (ir.DataType.STRING,) or tensor.dtype.itemsize * 8 != tensor.dtype.bitwidth:
+        return None  # strings, packed 4-bit types: left to the serializer
+    array = np.ascontiguousarray(tensor.numpy())
+    return array.reshape(tuple(tensor.shape.numpy()))
+
+
+def _ortvalue(array: np.ndarray, dtype: ir.DataType):
+    if array.dtype in _ML_DTYPES or array.dtype.kind == "V":
+        width = np.dtype(f"u{array.dtype.itemsize}")
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(width), int(dtype))
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+# -- running ------------------------------------------------------------------------------------------
 class OrtRunner:
     """One ORT session; `run` takes flat jax/numpy leaves and returns flat jax.Arrays."""
 
-    def __init__(self, model_bytes: bytes, in_dtypes: Sequence[np.dtype], out_avals: Sequence,
+    def __init__(self, model: ir.Model, in_avals: Sequence, out_avals: Sequence,
                  providers: Sequence[str] = ("CPUExecutionProvider",)):
-        self.session = ort.InferenceSession(model_bytes, session_options(), providers=list(providers))
+        self.session, self._weights = create_session(model, providers)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
-        self.in_dtypes = [np.dtype(d) for d in in_dtypes]
+        self.in_dtypes = [np.dtype(a.dtype) for a in in_avals]
         self.out_avals = list(out_avals)
         self._weak = [i for i, aval in enumerate(self.out_avals) if getattr(aval, "weak_type", False)]
         self._bool_out = {i for i, aval in enumerate(self.out_avals) if np.dtype(aval.dtype) == _BOOL}
         self._complex_out = {i: np.dtype(aval.dtype) for i, aval in enumerate(self.out_avals)
                              if np.dtype(aval.dtype) in _COMPLEX_PAIRS}
+        self._plain_out = not self._bool_out and not self._complex_out and _FAST_IMPORT
         self._device = jax.devices("cpu")[0]
         self._ort_cpu = _C.OrtDevice(_C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0)
-        self._fetch_devices = [self._ort_cpu] * len(self.output_names)
-        self._run_options = _C.RunOptions()
         self._c_session = self.session._sess
+        # Inputs bound by address need ORT's element type and the shape; dtypes ORT cannot take that way
+        # (ml_dtypes, complex as pairs) go through OrtValues.
+        self._by_address = [dtype not in _ML_DTYPES and dtype not in _COMPLEX_PAIRS for dtype in self.in_dtypes]
+        self._run_options = _C.RunOptions()
+        self._binding = _C.SessionIOBinding(self._c_session) if _FAST_RUN else None
+        self._binding_lock = threading.Lock()  # the shared binding serves one call at a time
+        self._slow = True  # until a run shows otherwise: the first run may be long
 
     def run(self, leaves: Sequence) -> list[jax.Array]:
         if not _FAST_RUN:
             return self._run_public(leaves)
-        feeds, keep_alive = self.feeds(leaves)
-        fetches = self.execute(feeds)
-        del keep_alive
-        return self.to_jax(fetches)
+        if self._slow and threading.current_thread() is threading.main_thread():
+            return self._run_interruptible(leaves)
+        if self._binding_lock.acquire(blocking=False):
+            try:
+                return self._to_jax(self._run_bound(self._binding, leaves, self._run_options))
+            finally:
+                self._binding_lock.release()
+        # Another thread holds the shared binding: a binding of our own (ORT runs sessions concurrently).
+        return self._to_jax(self._run_bound(_C.SessionIOBinding(self._c_session), leaves, self._run_options))
 
-    def feeds(self, leaves: Sequence):
-        """ORT inputs for `leaves`: DLPack views of jax arrays, numpy views of the rest (no copies)."""
-        feeds = _C.OrtValueVector()
-        keep_alive = []  # ortvalue_from_numpy does not own its buffer
-        for leaf, dtype in zip(leaves, self.in_dtypes):
-            if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype and dtype not in _NO_DLPACK:
-                _push_dlpack(feeds, leaf.__dlpack__())
+    def _run_bound(self, binding, leaves: Sequence, run_options):
+        keep_alive = []  # buffers bound by address or OrtValue must live until the run ends
+        for name, leaf, dtype, by_address in zip(self.input_names, leaves, self.in_dtypes, self._by_address):
+            if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype and by_address:
+                leaf.block_until_ready()  # jax computes asynchronously; the address is only valid once ready
+                binding.bind_input(name, self._ort_cpu, dtype, leaf.shape, leaf.unsafe_buffer_pointer())
                 continue
-            # Bool does not cross DLPack into ORT, nor do ml_dtypes; numpy leaves may need
-            # jax's dtype canonicalization (int64 -> int32 without x64). A view, not a copy, when dtypes agree.
+            # numpy leaves may need jax's dtype canonicalization (int64 -> int32 without x64): a view when
+            # the dtypes agree.
             array = np.asarray(leaf, dtype=dtype)
             if dtype in _COMPLEX_PAIRS:
                 array = complex_as_pairs(array)
             keep_alive.append(array)
-            if dtype in _ML_DTYPES:  # ORT's numpy bridge knows no ml_dtypes: pass the bits and the ONNX type
-                feeds.push_back(_C.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                    array.view(_ML_DTYPES[dtype][0]), _ML_DTYPES[dtype][1]))
+            if dtype in _ML_DTYPES:
+                value = _C.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(_ML_DTYPES[dtype][0]),
+                                                                      _ML_DTYPES[dtype][1])
             else:
-                feeds.push_back(_C.OrtValue.ortvalue_from_numpy(array, self._ort_cpu))
-        return feeds, keep_alive
+                value = _C.OrtValue.ortvalue_from_numpy(array, self._ort_cpu)
+            keep_alive.append(value)
+            binding.bind_ortvalue_input(name, value)
+        # Outputs are bound afresh every call: ORT allocates new buffers, so arrays returned earlier are
+        # never overwritten (a binding reused as-is would write the next run into them).
+        for name in self.output_names:
+            binding.bind_output(name, self._ort_cpu)
+        self._c_session.run_with_iobinding(binding, run_options)
+        # The capsules own ORT's output buffers; the binding's own vector is reused by the next call.
+        return binding.get_outputs().to_dlpacks(None)
 
-    def execute(self, feeds):
-        # A fresh output vector every call: ORT allocates new buffers, so arrays
-        # returned earlier are never overwritten (no IOBinding reuse).
-        fetches = _C.OrtValueVector()
-        self._c_session.run_with_ortvaluevector(self._run_options, self.input_names, feeds, self.output_names,
-                                                fetches, self._fetch_devices)
-        return fetches
+    def _run_interruptible(self, leaves: Sequence) -> list[jax.Array]:
+        """Runs on a worker thread so that Ctrl-C reaches this (main) thread and ends the run through
+        RunOptions.terminate; ORT's run otherwise holds the main thread until it returns."""
+        run_options = _C.RunOptions()
+        result: list = []
 
-    def to_jax(self, fetches) -> list[jax.Array]:
-        bools = self._bool_out
-        capsules = fetches.to_dlpacks(None)
-        outputs = []
-        for i, capsule in enumerate(capsules):
-            if i in bools:  # bool arrives through DLPack as uint8
-                outputs.append(jax.device_put(fetches[i].numpy().astype(_BOOL, copy=False), self._device))
-            elif i in self._complex_out:
-                pairs = np.from_dlpack(_CapsuleHolder(capsule))  # a view of ORT's buffer
-                outputs.append(jax.device_put(pairs_as_complex(pairs, self._complex_out[i]), self._device))
-            elif _FAST_IMPORT:
-                # copy=None: zero-copy when 64-byte aligned (ORT's CPU allocator is), else jax copies.
-                outputs.append(_jax.dlpack_managed_tensor_to_buffer(capsule, self._device, None, None, _KDL_CPU))
-            else:
-                outputs.append(jax.dlpack.from_dlpack(_CapsuleHolder(capsule)))
-        return self._fix_weak(outputs)
+        def work():
+            try:
+                result.append(self._run_bound(_C.SessionIOBinding(self._c_session), leaves, run_options))
+            except Exception as e:  # handed to the caller below
+                result.append(e)
+
+        start = time.perf_counter()
+        worker = threading.Thread(target=work, name="mnjit-run", daemon=True)
+        worker.start()
+        try:
+            worker.join()
+        except KeyboardInterrupt:
+            run_options.terminate = True
+            worker.join()
+            raise
+        self._slow = time.perf_counter() - start > _SLOW_RUN_SECONDS
+        if isinstance(result[0], Exception):
+            raise result[0]
+        return self._to_jax(result[0])
+
+    def _to_jax(self, capsules: list) -> list[jax.Array]:
+        if self._plain_out:
+            device = self._device
+            # copy=None: zero-copy when 64-byte aligned (ORT's CPU allocator is), else jax copies.
+            outputs = [_jax.dlpack_managed_tensor_to_buffer(c, device, None, None, _KDL_CPU) for c in capsules]
+        else:
+            outputs = [self._import(i, capsule) for i, capsule in enumerate(capsules)]
+        if self._weak:
+            return self._fix_weak(outputs)
+        return outputs
+
+    def _import(self, i: int, capsule) -> jax.Array:
+        if i in self._bool_out:  # bool arrives through DLPack as uint8
+            return jax.device_put(np.from_dlpack(_CapsuleHolder(capsule)).view(_BOOL), self._device)
+        if i in self._complex_out:
+            pairs = np.from_dlpack(_CapsuleHolder(capsule))  # a view of ORT's buffer
+            return jax.device_put(pairs_as_complex(pairs, self._complex_out[i]), self._device)
+        if _FAST_IMPORT:
+            return _jax.dlpack_managed_tensor_to_buffer(capsule, self._device, None, None, _KDL_CPU)
+        return jax.dlpack.from_dlpack(_CapsuleHolder(capsule))
 
     def _run_public(self, leaves: Sequence) -> list[jax.Array]:
         feeds = {}
         for name, leaf, dtype in zip(self.input_names, leaves, self.in_dtypes):
-            if type(leaf) is _ARRAY_TYPE and dtype != _BOOL and leaf.dtype == dtype:
+            if type(leaf) is _ARRAY_TYPE and dtype != _BOOL and leaf.dtype == dtype and dtype not in _ML_DTYPES \
+                    and dtype not in _COMPLEX_PAIRS:
                 feeds[name] = ort.OrtValue.from_dlpack(leaf)
             elif dtype in _ML_DTYPES:
                 feeds[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
@@ -161,6 +282,13 @@ class OrtRunner:
         for i in self._weak:
             outputs[i] = _mark_weak(outputs[i])
         return outputs
+
+
+class NoOutputRunner:
+    """A function whose result holds no arrays (`()`, `{}`, None): nothing to run, as with jax.jit."""
+
+    def run(self, leaves: Sequence) -> list[jax.Array]:
+        return []
 
 
 def complex_as_pairs(array: np.ndarray) -> np.ndarray:

@@ -1,0 +1,76 @@
+"""Where a target runs: the runtime package, its providers and device, checked once when mnjit is asked for it.
+
+A target whose runtime or device is missing is refused with one error that
+says what to install or which device is absent; mnjit never runs it somewhere
+else instead.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Protocol, Sequence
+
+import jax
+import onnx_ir as ir
+
+from hlo2onnx import Target
+
+
+class TargetUnavailableError(RuntimeError):
+    """The target's runtime package, execution provider or device is not on this machine."""
+
+
+class Runner(Protocol):
+    def run(self, leaves: Sequence) -> list[jax.Array]: ...
+
+
+_INSTALL = {
+    "CUDAExecutionProvider": "pip install 'mnjit[cuda]' (onnxruntime-gpu and jax's CUDA plugin, in place of "
+                             "onnxruntime)",
+    "TensorrtExecutionProvider": "pip install 'mnjit[cuda]' and NVIDIA TensorRT",
+}
+
+
+def require(target: Target) -> None:
+    """Raises TargetUnavailableError unless this machine can run `target`."""
+    if target.runtime == "openvino":
+        if importlib.util.find_spec("openvino") is None:
+            raise TargetUnavailableError(f"target {target.name} runs on OpenVINO, which is not installed: "
+                                         "pip install openvino")
+    elif target.runtime == "onnxruntime":
+        import onnxruntime as ort
+
+        wanted = target.providers[0]
+        if wanted not in ort.get_available_providers():
+            hint = _INSTALL.get(wanted, f"an onnxruntime build with {wanted}")
+            raise TargetUnavailableError(
+                f"target {target.name} needs ONNX Runtime's {wanted}, which this onnxruntime "
+                f"({ort.__version__}: {', '.join(ort.get_available_providers())}) lacks: {hint}")
+    else:
+        raise TargetUnavailableError(f"target {target.name}: unknown runtime {target.runtime!r}")
+    if target.device != "cpu":
+        try:
+            devices = jax.devices(target.device)
+        except RuntimeError:
+            devices = []
+        if not devices:
+            raise TargetUnavailableError(f"target {target.name} runs on a {target.device.upper()}, and jax sees "
+                                         f"none on this machine (jax.devices(): {jax.devices()})")
+
+
+def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> Runner:
+    """The runner for one translated signature on `target` (its availability already checked)."""
+    if not out_avals:
+        from mnjit.runtime import NoOutputRunner
+
+        return NoOutputRunner()
+    if target.runtime == "openvino":
+        from mnjit.openvino_runner import OpenVinoRunner
+
+        return OpenVinoRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals)
+    if target.device != "cpu":
+        from mnjit.cuda_runner import CudaOrtRunner
+
+        return CudaOrtRunner(model, in_avals, out_avals, target.providers)
+    from mnjit.runtime import OrtRunner
+
+    return OrtRunner(model, in_avals, out_avals, target.providers)

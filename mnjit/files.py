@@ -1,0 +1,75 @@
+"""Writing ONNX files atomically, with external data for weights past protobuf's 2 GB limit."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import onnx_ir as ir
+
+# protobuf cannot serialize a message of 2 GiB or more; leave room for the graph itself.
+PROTOBUF_LIMIT = 2**31 - 2**24
+
+
+def weight_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | None = None) -> None:
+    """Saves `model` to `path`; weights go to `external_data` (relative to path's folder) when given or needed.
+
+    Both files are written under temporary names in the destination folder and renamed only once complete,
+    so a failure never leaves a partial or changed file.
+    """
+    path = os.fspath(path)
+    if external_data is None and weight_bytes(model) >= PROTOBUF_LIMIT:
+        external_data = os.path.basename(path) + ".data"
+    folder = os.path.dirname(os.path.abspath(path))
+    temporaries: list[str] = []
+    try:
+        model_tmp = _temporary(folder, temporaries)
+        if external_data is None:
+            ir.save(model, model_tmp)
+        else:
+            if os.path.isabs(external_data) or os.path.dirname(external_data):
+                raise ValueError(f"external_data must be a file name beside the model, got {external_data!r}")
+            # onnx_ir writes the weights next to the model under the name recorded in it; write them under
+            # a temporary name first, then record the final one.
+            data_tmp = _temporary(folder, temporaries)
+            ir.save(model, model_tmp, external_data=os.path.basename(data_tmp))
+            _rename_external(model_tmp, os.path.basename(data_tmp), external_data)
+            os.replace(data_tmp, os.path.join(folder, external_data))
+        os.replace(model_tmp, path)
+    finally:
+        for name in temporaries:
+            if os.path.exists(name):
+                os.unlink(name)
+
+
+def _temporary(folder: str, temporaries: list[str]) -> str:
+    handle, name = tempfile.mkstemp(dir=folder, prefix=".mnjit-", suffix=".tmp")
+    os.close(handle)
+    temporaries.append(name)
+    return name
+
+
+def _rename_external(model_path: str, old: str, new: str) -> None:
+    """Points the saved model's external-data references from `old` to `new` (graph only, no weights loaded)."""
+    import onnx
+
+    proto = onnx.load(model_path, load_external_data=False)
+    for tensor in _all_tensors(proto.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == old:
+                entry.value = new
+    with open(model_path, "wb") as f:
+        f.write(proto.SerializeToString())
+
+
+def _all_tensors(graph):
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.t.external_data:
+                yield attribute.t
+            for subgraph in [attribute.g, *attribute.graphs]:
+                yield from _all_tensors(subgraph)
