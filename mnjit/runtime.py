@@ -40,52 +40,39 @@ EXTERNAL_WEIGHT_BYTES = 1024
 _SLOW_RUN_SECONDS = 0.02
 
 
-# -- one thread pool for every session ----------------------------------------------------------------
-class _Threads:
-    """The process-wide ORT intra-op pool: sessions share it, so OS threads do not grow with signatures."""
-
-    def __init__(self) -> None:
-        self.size: int | None = None
-        self.lock = threading.Lock()
-
-    def ensure(self) -> None:
-        if self.size is None:
-            with self.lock:
-                if self.size is None:
-                    set_intra_op_threads(1)
-
-
-_THREADS = _Threads()
+# -- threads ------------------------------------------------------------------------------------------
+_threads = {"intra_op": 1}
 
 
 def set_intra_op_threads(count: int) -> None:
-    """Sizes the ORT thread pool all of mnjit's sessions share; call before the first mnjit call.
+    """Sets how many threads each new ORT session of mnjit's computes a kernel with (default 1).
 
-    The default, 1, runs every kernel on the calling thread: no pool threads,
-    so nothing spins between kernels. ORT's global pool always spins when it
-    has threads (its Python API has no switch), which measured 1.7-2.3x slower
-    under load and slowed interleaved jax.jit calls by 1.6x (docs/runtime.md);
-    a larger pool pays off only for large kernels on an otherwise idle machine.
+    With 1, kernels run on the calling thread: sessions start no pool threads, so OS
+    threads stay flat however many signatures are cached, and nothing spins between
+    kernels. A count n > 1 gives each session its own pool of n - 1 sleeping threads:
+    faster large kernels on an idle machine (FIRE N=1000: 58 ms against 80 ms with 1,
+    on 2 cores), at n - 1 OS threads per signature. ORT's process-wide pool is not
+    used: once set, ORT refuses every session in the process that keeps per-session
+    threads (its default, so other ORT users would break), and its threads always
+    spin (docs/runtime.md).
     """
-    if count < 1:
-        raise ValueError(f"intra-op threads must be at least 1, got {count}")
-    if _THREADS.size is not None:
-        if _THREADS.size == count:
-            return
-        raise RuntimeError(f"mnjit's ORT thread pool already has {_THREADS.size} thread(s); "
-                           "set_intra_op_threads must be called before the first session is created")
-    _C.set_global_thread_pool_sizes(count, 1)
-    _THREADS.size = count
+    if not isinstance(count, int) or count < 1:
+        raise ValueError(f"intra-op threads must be a positive integer, got {count!r}")
+    _threads["intra_op"] = count
 
 
 def session_options() -> ort.SessionOptions:
-    _THREADS.ensure()
     options = ort.SessionOptions()
     # Measured: lower levels ran a CNN 1.4-1.6x slower; PARALLEL mode 1.8-19x slower.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
-    options.use_per_session_threads = False
+    options.intra_op_num_threads = _threads["intra_op"]
+    options.inter_op_num_threads = 1
+    # ORT's pool threads spin between kernels by default. With other work on the cores (a loaded
+    # 2-core machine, measured), spinning made the CFD rollout 2.3x and the FIRE step 1.7x slower than
+    # with sleeping threads (on a quiet machine the two were within 5%).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 
@@ -209,22 +196,34 @@ class OrtRunner:
         """Runs on a worker thread so that Ctrl-C reaches this (main) thread and ends the run through
         RunOptions.terminate; ORT's run otherwise holds the main thread until it returns."""
         run_options = _C.RunOptions()
+        run_options.log_severity_level = 3  # a terminated run is not worth an error line on stderr
         result: list = []
+        # The worker releases `finished` when done; a plain lock, because a Thread.join interrupted by
+        # KeyboardInterrupt can return early on a later join, and the process would then exit under a
+        # running ORT call (std::terminate, measured).
+        finished = threading.Lock()
+        finished.acquire()
 
         def work():
             try:
                 result.append(self._run_bound(_C.SessionIOBinding(self._c_session), leaves, run_options))
             except Exception as e:  # handed to the caller below
                 result.append(e)
+            finally:
+                finished.release()
 
         start = time.perf_counter()
-        worker = threading.Thread(target=work, name="mnjit-run", daemon=True)
-        worker.start()
+        threading.Thread(target=work, name="mnjit-run", daemon=True).start()
         try:
-            worker.join()
+            finished.acquire()
         except KeyboardInterrupt:
-            run_options.terminate = True
-            worker.join()
+            run_options.terminate = True  # ORT checks it between kernels and inside Loop bodies
+            while True:
+                try:
+                    finished.acquire()
+                    break
+                except KeyboardInterrupt:  # a second Ctrl-C: the run is already being ended
+                    continue
             raise
         self._slow = time.perf_counter() - start > _SLOW_RUN_SECONDS
         if isinstance(result[0], Exception):

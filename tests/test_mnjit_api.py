@@ -133,19 +133,46 @@ def test_returned_arrays_are_never_overwritten():
     np.testing.assert_array_equal(np.asarray(first), kept)
 
 
+class _RecordingBinding:
+    """Wraps ORT's IOBinding to record the addresses mnjit binds."""
+
+    def __init__(self, binding):
+        self.binding, self.addresses = binding, []
+
+    def bind_input(self, name, device, dtype, shape, address):
+        self.addresses.append(address)
+        self.binding.bind_input(name, device, dtype, shape, address)
+
+    def __getattr__(self, name):
+        return getattr(self.binding, name)
+
+
 def test_zero_copy_both_ways():
     fn = lambda x, y: x * y  # noqa: E731
     x, y = jnp.arange(64.0, dtype=jnp.float32), jnp.ones(64, jnp.float32)
     lowered = mnjit(fn).lower(x, y)
-    runner = OrtRunner(lowered.model_bytes, [x.dtype, y.dtype], [jax.ShapeDtypeStruct((64,), jnp.float32)])
-    feeds, _ = runner.feeds([x, y])
-    assert feeds[0].data_ptr() == x.unsafe_buffer_pointer()
-    assert feeds[1].data_ptr() == y.unsafe_buffer_pointer()
-    fetches = runner.execute(feeds)
-    ort_pointer = fetches[0].data_ptr()
-    (out,) = runner.to_jax(fetches)
-    assert out.unsafe_buffer_pointer() == ort_pointer
-    np.testing.assert_array_equal(out, np.asarray(x * y))
+    out_avals = [jax.ShapeDtypeStruct((64,), jnp.float32)]
+    runner = OrtRunner(lowered.model, [x, y], out_avals)
+    binding = _RecordingBinding(runner._binding)
+    capsules = runner._run_bound(binding, [x, y], runner._run_options)
+    assert binding.addresses == [x.unsafe_buffer_pointer(), y.unsafe_buffer_pointer()]  # bound in place
+    ort_pointer = np.from_dlpack(_Capsule(capsules[0])).ctypes.data
+    (first,) = runner.run([x, y])
+    (second,) = runner.run([x, y])
+    assert first.unsafe_buffer_pointer() != second.unsafe_buffer_pointer()  # fresh outputs every call
+    np.testing.assert_array_equal(first, np.asarray(x * y))  # not overwritten by the second call
+    assert ort_pointer % 64 == 0 and first.unsafe_buffer_pointer() % 64 == 0  # jax imports aligned buffers as-is
+
+
+class _Capsule:
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, **_):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
 
 
 def test_lower_introspection(tmp_path):

@@ -194,8 +194,9 @@ DRAWS = [
     Case("prng_fold_in", typed(lambda k, d: jax.random.key_data(jax.random.fold_in(k, d))), (KEY, np.int32(7)),
          tol=(0, 0)),
     Case("prng_uniform", typed(lambda k: jax.random.uniform(k, (5, 3))), (KEY,), tol=(0, 0)),
+    # f16 arithmetic rounds per op in ORT on CPUs with avx512_fp16, once per fusion in XLA: one ulp (of 2..4).
     Case("prng_uniform_f16_bounds", typed(lambda k: jax.random.uniform(k, (9,), jnp.float16, -2, 3)), (KEY,),
-         tol=(0, 0)),
+         tol=(0, 2**-9)),
     Case("prng_uniform_f64", typed(lambda k: jax.random.uniform(k, (6,), jnp.float64)), (KEY,), tol=(0, 0), x64=True),
     # normal goes through erf_inv's polynomial, where XLA's float rounding may differ by an ulp from ORT's
     Case("prng_normal", typed(lambda k: jax.random.normal(k, (5, 3))), (KEY,)),

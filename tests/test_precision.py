@@ -53,10 +53,11 @@ CASES = [
     Case("f16_overflow_to_inf", lambda a: (a * a, a + a, jnp.exp(a)), (np.array([300, 60000, -300, 11.5], F16),)),
     Case("f16_sum_mean", lambda a: (jnp.sum(a), jnp.mean(a), jnp.var(a)), (rand((64,), F16),)),
     Case("f16_matmul", lambda a, b: a @ b, (rand((8, 16), F16), rand((16, 4), F16, 1)), tol=(4e-3, 4e-3)),
-    # a*b+c in f16: neither side rounds a*b to f16 (XLA fuses in f32; ORT's f16 Mul/Add run in f32 between
-    # casts that its session transformer removes), so the result is bit-exact with jax.jit.
-    Case("f16_fma_like_exact", lambda a, b, c: a * b + c, tuple(rand((4096,), F16, s) for s in range(3)),
-         tol=(0, 0)),
+    # a*b+c in f16: XLA fuses it in f32 and rounds once. ORT rounds a*b to f16 on CPUs with avx512_fp16
+    # (native f16 Mul/Add kernels, measured on Sapphire Rapids) and not elsewhere (its f32 kernels between
+    # casts that its session transformer removes), so allow a*b's rounding: half an ulp of products up to 9.
+    Case("f16_fma_like", lambda a, b, c: a * b + c, tuple(rand((4096,), F16, s) for s in range(3)),
+         tol=(0, 2**-7)),
     # Longer chains round at places that differ: XLA's fusion and ORT's cast removal decide differently.
     Case("f16_chain", lambda a, b, c: ((a * b) * c - a, a / b + c * c),
          tuple(rand((4096,), F16, s, 0.5, 3) for s in range(3))),

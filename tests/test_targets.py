@@ -13,6 +13,7 @@ from hlo2onnx.cli import main
 from hlo2onnx.support import ORT_CPU
 from hlo2onnx.targets import CORE, ORT_CUDA, TARGETS, TargetError, validate
 from mnjit import mnjit
+from mnjit.device import TargetUnavailableError
 
 F32 = np.float32
 x48 = rand((4, 8), seed=1)
@@ -98,10 +99,26 @@ def test_cuda_table_is_data():
 def test_cuda_lists_cpu_fallbacks():
     fun = lambda a, b: jnp.bitwise_and(a, b) + 1  # noqa: E731
     args = (np.arange(6, dtype=np.int32), np.arange(6, dtype=np.int32))
-    lowered = mnjit(fun, target="ort-cuda").lower(*args)  # not refused: ORT runs it on CPU
-    assert [v.op_type for v in lowered.conversion.violations] == ["BitwiseAnd"]
-    assert "run on the fallback" in lowered.report()
-    run_case(Case("cuda_profile_on_cpu", mnjit(fun, target="ort-cuda"), args))
+    module = jax.jit(fun).lower(*args).compiler_ir("stablehlo")
+    conversion = hlo2onnx.translate_report(module, target="ort-cuda")  # not refused: ORT runs it on CPU
+    assert [v.op_type for v in conversion.violations] == ["BitwiseAnd"]
+    assert "run on the fallback" in str(conversion)
+
+
+def _has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU")
+def test_gpu_target_without_gpu_is_refused():
+    with pytest.raises(TargetUnavailableError, match="ort-cuda") as info:
+        mnjit(lambda x: x + 1, target="ort-cuda")
+    message = str(info.value)
+    assert "CUDAExecutionProvider" in message or "GPU" in message
+    assert "pip install" in message or "none on this machine" in message
 
 
 def test_ort_cpu_has_no_violations_on_its_own_lowerings():
