@@ -22,7 +22,7 @@ def make_context() -> ir.Context:
     jax's own factory is private, but it is the only place that registers
     exactly the dialects jax emits; validated once here.
     """
-    from jax._src.interpreters import mlir as jax_mlir  # private: see findings.md
+    from jax._src.interpreters import mlir as jax_mlir  # private: see docs/runtime.md
 
     return jax_mlir.make_ir_context()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import jax
 
-# The capture and runtime rely on behaviour measured on this range (findings.md).
+# The capture and runtime rely on behaviour measured on this range (docs/runtime.md).
 _SUPPORTED_JAX = ((0, 10), (0, 11))
 _version = tuple(int(p) for p in jax.__version__.split(".")[:2])
 if not (_SUPPORTED_JAX[0] <= _version < _SUPPORTED_JAX[1]):

@@ -40,7 +40,7 @@ def complex_constant(ctx):
     """A complex constant as its (real, imag) float pairs.
 
     Its attribute cannot be read through the bindings (reading raises, and
-    can abort the process: findings.md), so the printed op is decoded.
+    can abort the process: docs/runtime.md), so the printed op is decoded.
     """
     shape, dtype = ctx.out_type.shape, ctx.out_type.dtype
     match = _LITERAL.search(str(ctx.hlo_op))
