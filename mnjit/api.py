@@ -99,6 +99,36 @@ class _CacheEntry:
     out_tree: Any
 
 
+def _is_key(aval) -> bool:
+    return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended)
+
+
+def _physical(aval):
+    """A typed key's aval as its key data's (uint32 words on a trailing axis); other avals as they are."""
+    return jax.eval_shape(jax.random.key_data, aval) if _is_key(aval) else aval
+
+
+class _TypedKeys:
+    """Typed PRNG keys (jax.random.key) cross the boundary as their key data, which is what StableHLO and
+    ONNX hold, and come back as keys of the same implementation (threefry, rbg, unsafe_rbg, ...)."""
+
+    def __init__(self, target: hlo2onnx.Target, model, in_avals: list, out_avals: list):
+        self.runner = device.make_runner(target, model, list(map(_physical, in_avals)),
+                                         list(map(_physical, out_avals)))
+        self.key_inputs = [i for i, aval in enumerate(in_avals) if _is_key(aval)]
+        # A key dtype names its implementation only through this attribute (jax has no public reader).
+        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if _is_key(aval)}
+
+    def run(self, leaves: list) -> list[jax.Array]:
+        leaves = list(leaves)
+        for i in self.key_inputs:
+            leaves[i] = jax.random.key_data(leaves[i])
+        outputs = self.runner.run(leaves)
+        for i, impl in self.key_outputs.items():
+            outputs[i] = jax.random.wrap_key_data(outputs[i], impl=impl)
+        return outputs
+
+
 class MnjitFunction:
     """A function compiled to ONNX and run on ONNX Runtime; call it like jax.jit's result."""
 
@@ -175,7 +205,10 @@ class MnjitFunction:
         out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)
         if len(lowered.model.graph.inputs) != len(in_avals):
             raise AssertionError("ONNX inputs do not match the flattened arguments")
-        runner = device.make_runner(self._target, lowered.model, in_avals, out_avals)
+        if any(map(_is_key, in_avals + out_avals)):
+            runner = _TypedKeys(self._target, lowered.model, in_avals, out_avals)
+        else:
+            runner = device.make_runner(self._target, lowered.model, in_avals, out_avals)
         # The StableHLO module holds a copy of every constant; the entry keeps only the ONNX model.
         lowered.lowered = None
         return _CacheEntry(lowered, runner, lowered.traced.out_tree)
