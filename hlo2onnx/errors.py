@@ -1,15 +1,44 @@
 """Errors raised by hlo2onnx. Each names the StableHLO op and the user's source line."""
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 
 _FILE_LINE = re.compile(r'"([^"]+)":(\d+)(?::(\d+))?')
 
 
+def _package_dirs() -> tuple[str, ...]:
+    """The folders of jax, jaxlib, mnjit and hlo2onnx: frames there are never the user's line."""
+    dirs = []
+    for name in ("jax", "jaxlib", "mnjit", "hlo2onnx"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs.extend(os.path.join(os.path.realpath(d), "") for d in spec.submodule_search_locations)
+    return tuple(dirs)
+
+
+_LIBRARY_DIRS = _package_dirs()
+
+
+def source_frames(location: object) -> list[str]:
+    """Every `file:line` of an MLIR location's traceback (innermost first) outside jax, jaxlib, mnjit and
+    hlo2onnx; library code the user calls (flax, optax, ...) counts as the user's."""
+    frames = []
+    for match in _FILE_LINE.finditer(str(location)):
+        path = match.group(1)
+        if os.path.isabs(path) and os.path.realpath(path).startswith(_LIBRARY_DIRS):
+            continue
+        frame = f"{path}:{match.group(2)}"
+        if frame not in frames:
+            frames.append(frame)
+    return frames
+
+
 def source_line(location: object) -> str | None:
-    """The innermost `file:line` of an MLIR location (JAX already drops its own frames)."""
-    match = _FILE_LINE.search(str(location))
-    return f"{match.group(1)}:{match.group(2)}" if match else None
+    """The innermost frame of an MLIR location outside jax and mnjit (see `source_frames`)."""
+    frames = source_frames(location)
+    return frames[0] if frames else None
 
 
 class Hlo2OnnxError(Exception):

@@ -1,0 +1,36 @@
+"""Error locations: the first frame outside jax and mnjit, from the whole traceback a StableHLO location carries."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import jax.numpy as jnp
+import pytest
+
+import hlo2onnx
+import mnjit as mnjit_package
+from hlo2onnx.errors import source_frames, source_line
+from mnjit import mnjit
+
+MNJIT_API = os.path.join(os.path.dirname(mnjit_package.__file__), "api.py")
+JAX_FILE = importlib.util.find_spec("jax").origin
+
+
+def test_library_and_mnjit_frames_are_skipped():
+    location = (f'loc(callsite("trace"("{MNJIT_API}":147:8) at callsite("eigvals"("{JAX_FILE}":10:1) at '
+                f'callsite("helper"("/home/u/lib/mylib.py":3:11) at "/home/u/train.py":20:4))))')
+    assert source_line(location) == "/home/u/lib/mylib.py:3"
+    assert source_frames(location) == ["/home/u/lib/mylib.py:3", "/home/u/train.py:20"]
+    assert source_line(f'loc("{MNJIT_API}":147:8)') is None
+
+
+def test_unsupported_op_in_library_code_names_the_library_line(tmp_path, monkeypatch):
+    (tmp_path / "somelib.py").write_text("import jax.numpy as jnp\n\n\ndef helper(x):\n"
+                                         "    return jnp.linalg.eigvals(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import somelib
+
+    with pytest.raises(hlo2onnx.UnsupportedOpError) as info:
+        mnjit(lambda x: somelib.helper(x) * 2)(jnp.eye(3))
+    assert f"{tmp_path / 'somelib.py'}:5" in str(info.value)
+    assert "mnjit" not in str(info.value).split("(at ")[-1]
