@@ -1,11 +1,15 @@
 """stablehlo.reduce: single reducers, and the variadic argmax/argmin form."""
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
+import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.ops.sort import flip_top_bit
+from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, onnx_dtype
 
@@ -63,10 +67,14 @@ def reduce(ctx, *operands, dimensions):
     if reducer not in _REDUCERS or (reducer in ("stablehlo.and", "stablehlo.or") and not is_bool(dtype)):
         raise NotImplementedError(f"reduce with body {[op.operation.name for op in body.operations]}")
     reduce_op, combine_op = _REDUCERS[reducer]
+    if is_bool(dtype) and reduce_op in ("ReduceSum", "ReduceProd"):  # XLA's add/mul on pred are or/and
+        reduce_op, combine_op = ("ReduceMax", "Or") if reduce_op == "ReduceSum" else ("ReduceMin", "And")
     b = ctx.b
     pieces = _single_slices(x, dimensions) if reduce_op in ("ReduceMax", "ReduceMin") else None
     if not dimensions:
         result = b.op("Identity", x)
+    elif reduce_op in ("ReduceSum", "ReduceProd") and not is_float(dtype):
+        result = exact_reduce(b, x, combine_op, list(ctx.in_types[0].shape), dimensions, dtype)
     elif pieces:
         # max/min over a few concatenated slices (jnp.min(jnp.array([a, b]))): ONNX's variadic Max/Min
         # propagate NaN as XLA does, so no NaN check is needed.
@@ -81,6 +89,37 @@ def reduce(ctx, *operands, dimensions):
     if is_bool(dtype):
         return b.op(combine_op, result, init)
     return b.typed(combine_op, result, init, dtype=dtype)
+
+
+def exact_reduce(b, x: ir.Value, combine_op: str, shape: list[int], axes, dtype: np.dtype) -> ir.Value:
+    """Integer sum or product over `axes` as a halving tree of Add/Mul, which wrap like XLA in any order.
+
+    ORT's integer ReduceSum/ReduceProd go through float64 and saturate (hlo2onnx/support.py).
+    The reduced axes are merged into one: in place when they are adjacent, else moved last.
+    """
+    axes = sorted(axes)
+    kept = [a for a in range(len(shape)) if a not in axes]
+    out_shape = [shape[a] for a in kept]
+    k = prod(shape[a] for a in axes)
+    if k == 0:
+        return b.splat(0 if combine_op == "Add" else 1, dtype, out_shape)
+    if axes == list(range(axes[0], axes[-1] + 1)):
+        outer, inner = prod(shape[:axes[0]]), prod(shape[axes[-1] + 1:])
+    else:
+        x = transpose_to(b, x, kept + axes)
+        outer, inner = prod(out_shape), 1
+    x = reshape_to(b, x, [outer, k, inner])
+    while k > 1:
+        half = k // 2
+        y = b.typed(combine_op, _middle(b, x, 0, half), _middle(b, x, half, 2 * half), dtype=dtype)
+        if k % 2:
+            y = b.op("Concat", y, _middle(b, x, 2 * half, k), axis=1)
+        x, k = y, half + k % 2
+    return reshape_to(b, x, out_shape)
+
+
+def _middle(b, x: ir.Value, start: int, stop: int) -> ir.Value:
+    return b.op("Slice", x, b.shape_const([start]), b.shape_const([stop]), b.shape_const([1]))
 
 
 _MAX_PIECES = 8
