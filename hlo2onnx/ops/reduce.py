@@ -56,6 +56,11 @@ def is_constant(value, scalar) -> bool:
 @register("stablehlo.reduce")
 def reduce(ctx, *operands, dimensions):
     count = len(operands) // 2
+    if any(ctx.in_types[0].shape[d] == 0 for d in dimensions):
+        # Nothing to combine: XLA gives `init` everywhere (ORT refuses some empty reductions, bool ReduceMin).
+        out_shape = ctx.b.shape_const(ctx.out_type.shape)
+        return [ctx.b.typed("Expand", init, out_shape, dtype=t.dtype, cast=(0,))
+                for init, t in zip(operands[count:], ctx.out_types)]
     body = ctx.hlo_op.regions[0].blocks[0]
     if count == 2:
         return _arg_reduce(ctx, *operands, dimensions=dimensions, body=body)
