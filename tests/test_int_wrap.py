@@ -10,9 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import onnxruntime as ort
 import pytest
-from jax import lax
+from jax import export, lax
 from onnx import helper
 
+import hlo2onnx
 from harness import Case, run_case
 from hlo2onnx.support import ORT_CPU
 from hlo2onnx.types import onnx_dtype
@@ -147,3 +148,24 @@ def test_ort_integer_kernels_the_rules_use_wrap(dtype):
         assert np.array_equal(_ort("MatMul", [x.reshape(2, 3), x.reshape(3, 2)]), x.reshape(2, 3) @ x.reshape(3, 2))
         if dtype.kind == "i":  # unsigned CumSum runs in int64, the same bits
             assert np.array_equal(_ort("CumSum", [x, np.array(0, np.int64)]), np.cumsum(x, dtype=dtype))
+
+
+def _run_dynamic(fun, spec: str, x: np.ndarray):
+    exported = export.export(jax.jit(fun))(jax.ShapeDtypeStruct(export.symbolic_shape(spec), x.dtype))
+    proto = hlo2onnx.convert(exported, dynamic=True).to_proto()
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_sum_over_symbolic_dims_wraps(axis):
+    """Dynamic reduced axes sum by MatMul with ones, static ones by the halving tree."""
+    x = full_range((5, 7), np.int32, 5)
+    fun = lambda a: jnp.sum(a, axis=axis)  # noqa: E731
+    for spec in ("b, 7", "b, c"):
+        np.testing.assert_array_equal(_run_dynamic(fun, spec, x), jax.jit(fun)(x), err_msg=spec)
+
+
+def test_product_over_a_symbolic_dim_is_refused():
+    with pytest.raises(hlo2onnx.UnsupportedOpError, match="integer product over a dynamic axis"):
+        _run_dynamic(lambda a: jnp.prod(a, axis=0), "b, 7", full_range((5, 7), np.int32))

@@ -1,15 +1,13 @@
 """stablehlo.reduce: single reducers, and the variadic argmax/argmin form."""
 from __future__ import annotations
 
-from math import prod
-
 import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.ops.sort import flip_top_bit
-from hlo2onnx.ops.shape import reshape_to, transpose_to
+from hlo2onnx.ops.shape import transpose_to
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, onnx_dtype
 
@@ -97,34 +95,41 @@ def reduce(ctx, *operands, dimensions):
 
 
 def exact_reduce(b, x: ir.Value, combine_op: str, shape: list[int], axes, dtype: np.dtype) -> ir.Value:
-    """Integer sum or product over `axes` as a halving tree of Add/Mul, which wrap like XLA in any order.
+    """Integer sum or product over `axes` (none of size 0) with ops that wrap like XLA, in any order.
 
-    ORT's integer ReduceSum/ReduceProd go through float64 and saturate (hlo2onnx/support.py).
-    The reduced axes are merged into one: in place when they are adjacent, else moved last.
+    ORT's integer ReduceSum/ReduceProd go through float64 and saturate (hlo2onnx/support.py). A static
+    axis halves in place, Add/Mul of its two halves, log2(n) times; a dynamic one sums by a MatMul with ones.
     """
-    axes = sorted(axes)
-    kept = [a for a in range(len(shape)) if a not in axes]
-    out_shape = [shape[a] for a in kept]
-    k = prod(shape[a] for a in axes)
-    if k == 0:
-        return b.splat(0 if combine_op == "Add" else 1, dtype, out_shape)
-    if axes == list(range(axes[0], axes[-1] + 1)):
-        outer, inner = prod(shape[:axes[0]]), prod(shape[axes[-1] + 1:])
-    else:
-        x = transpose_to(b, x, kept + axes)
-        outer, inner = prod(out_shape), 1
-    x = reshape_to(b, x, [outer, k, inner])
-    while k > 1:
-        half = k // 2
-        y = b.typed(combine_op, _middle(b, x, 0, half), _middle(b, x, half, 2 * half), dtype=dtype)
-        if k % 2:
-            y = b.op("Concat", y, _middle(b, x, 2 * half, k), axis=1)
-        x, k = y, half + k % 2
-    return reshape_to(b, x, out_shape)
+    for axis in axes:
+        n = shape[axis]
+        if n < 0:
+            if combine_op != "Add":
+                raise NotImplementedError("integer product over a dynamic axis (ORT's ReduceProd saturates)")
+            x = _sum_by_matmul(b, x, len(shape), axis, dtype)
+            continue
+        while n > 1:
+            half = n // 2
+            y = b.typed(combine_op, _axis_slice(b, x, axis, 0, half), _axis_slice(b, x, axis, half, 2 * half),
+                        dtype=dtype)
+            if n % 2:
+                y = b.op("Concat", y, _axis_slice(b, x, axis, 2 * half, n), axis=axis)
+            x, n = y, half + n % 2
+    return b.op("Squeeze", x, b.shape_const(sorted(axes)))
 
 
-def _middle(b, x: ir.Value, start: int, stop: int) -> ir.Value:
-    return b.op("Slice", x, b.shape_const([start]), b.shape_const([stop]), b.shape_const([1]))
+def _sum_by_matmul(b, x: ir.Value, rank: int, axis: int, dtype: np.dtype) -> ir.Value:
+    """x summed over `axis`, kept as size 1: x @ ones(n, 1) along that axis (ORT's integer MatMul wraps)."""
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    moved = transpose_to(b, x, perm)
+    n = b.op("Shape", x, start=axis, end=axis + 1)
+    ones = b.op("ConstantOfShape", b.op("Concat", n, b.shape_const([1]), axis=0),
+                value=ir.tensor(np.ones(1, dtype)))
+    total = b.typed("MatMul", moved, ones, dtype=dtype)
+    return transpose_to(b, total, [int(i) for i in np.argsort(perm)])
+
+
+def _axis_slice(b, x: ir.Value, axis: int, start: int, stop: int) -> ir.Value:
+    return b.op("Slice", x, b.shape_const([start]), b.shape_const([stop]), b.shape_const([axis]))
 
 
 _MAX_PIECES = 8
