@@ -142,13 +142,12 @@ class Translator:
                 raise UnsupportedOpError(name, self.where(op), "complex operands are not supported")
         if name not in DYNAMIC_OK and any(d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
             raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
-        emitted = len(b.graph)
         if ctx.out_types and all(_empty(t) for t in ctx.out_types):
             # Results with no elements hold no data, whatever the op: empty constants of their types, and no
             # kernel for ORT to refuse on empty inputs. An op with one non-empty result runs its rule as usual.
-            outputs = [b.const(np.zeros(t.storage.shape, t.storage.dtype)) for t in ctx.out_types]
             self.op_counts[name] = self.op_counts.get(name, 0) + 1
-            return outputs
+            return [b.const(np.zeros(t.storage.shape, t.storage.dtype)) for t in ctx.out_types]
+        emitted = len(b.graph)
         try:
             outputs = rule(ctx, *inputs, **attr_codec.decode_all(op))
         except Hlo2OnnxError:

@@ -73,7 +73,8 @@ def reduce(ctx, *operands, dimensions):
     if is_bool(dtype) and reduce_op in ("ReduceSum", "ReduceProd"):  # XLA's add/mul on pred are or/and
         reduce_op, combine_op = ("ReduceMax", "Or") if reduce_op == "ReduceSum" else ("ReduceMin", "And")
     b = ctx.b
-    pieces = _single_slices(x, dimensions) if reduce_op in ("ReduceMax", "ReduceMin") else None
+    # Only Max/Min are variadic in ONNX; bool or/and (And, Or) take two inputs.
+    pieces = _single_slices(x, dimensions) if combine_op in ("Max", "Min") else None
     if not dimensions:
         result = b.op("Identity", x)
     elif reduce_op in ("ReduceSum", "ReduceProd") and not is_float(dtype):
