@@ -18,6 +18,11 @@ from hlo2onnx.types import onnx_dtype
 _DEDUP_LIMIT = 16
 
 
+def _has_zero_size(shape: ir.Value | None) -> bool:
+    tensor = shape.const_value if shape is not None else None
+    return tensor is not None and 0 in tensor.numpy().reshape(-1).tolist()
+
+
 class Builder:
     def __init__(self, graph: ir.Graph, target: Target, root: "Builder | None" = None):
         self.graph = graph
@@ -30,6 +35,12 @@ class Builder:
 
     # -- nodes ---------------------------------------------------------------
     def op(self, op_type: str, *inputs: ir.Value | None, **attrs) -> ir.Value:
+        if op_type == "Reshape" and "allowzero" not in attrs and _has_zero_size(inputs[1]):
+            # Rules spell sizes literally: a 0 is an empty axis, not ONNX's default "copy the input's dim".
+            # ONNX forbids allowzero next to a -1, which would be ambiguous on an empty tensor anyway.
+            if -1 in inputs[1].const_value.numpy().reshape(-1).tolist():
+                raise NotImplementedError("reshape to a 0-size shape with a dynamic dimension")
+            attrs["allowzero"] = 1
         return self._tape.op(op_type, list(inputs), attrs or None)
 
     def ops(self, op_type: str, *inputs: ir.Value | None, num_outputs: int, **attrs) -> Sequence[ir.Value]:

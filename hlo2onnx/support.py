@@ -93,6 +93,13 @@ _DATA_MOVEMENT = {"Identity", "Reshape", "Transpose", "Concat", "Slice", "Gather
                   "Shape", "Size", "ConstantOfShape", "Flatten", "Split", "GatherND", "GatherElements"}
 
 
+# Kernels ORT CPU has that give wrong integer answers: its integer ReduceSum/ReduceProd accumulate in
+# float64 and convert back with saturation (measured, 1.32: int32 [2^31-1, 1] sums to 2^31-1, int64
+# [2^53+1, 2] to 2^53+2). XLA wraps; rules reduce integers with Add/Mul instead (ops/reduce.py), and
+# asking for these kernels is an error. tests/test_int_wrap.py re-checks the measurement.
+_ORT_CPU_WRONG = {"ReduceSum": _INTS, "ReduceProd": _INTS}
+
+
 def _parse(spec: str) -> frozenset[np.dtype]:
     return frozenset(_D[name] for name in spec.split())
 
@@ -118,6 +125,7 @@ class Target:
     dtypes: frozenset[np.dtype] | None = None
     fallback: "Target | None" = None
     expanded: frozenset[str] = frozenset()  # ops rules may emit; replaced after fusion by exact expansions
+    wrong: dict[str, frozenset[np.dtype]] = field(default_factory=dict)  # kernels that run but do not match XLA
     description: str = ""
     runtime: str = "onnxruntime"
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
@@ -134,17 +142,22 @@ class Target:
         return dtype not in self.missing.get(op_type, ())
 
     def compute_dtype(self, op_type: str, dtype: np.dtype) -> np.dtype:
-        """The dtype to run `op_type` in: `dtype` itself or the first wider one that works."""
+        """The dtype to run `op_type` in: `dtype` itself or the first wider one that works.
+
+        A kernel in `wrong` is an error, not a choice: a rule that reaches it would answer wrongly.
+        """
         dtype = np.dtype(dtype)
-        if self.supports(op_type, dtype):
-            return dtype
-        for wider in WIDER.get(dtype, ()):
-            if self.supports(op_type, wider):
-                return wider
+        for candidate in (dtype, *WIDER.get(dtype, ())):
+            if self.supports(op_type, candidate):
+                if candidate in self.wrong.get(op_type, ()):
+                    raise NotImplementedError(f"{self.name}'s {op_type} on {candidate} does not match XLA "
+                                              f"(see hlo2onnx/support.py); the rule must not emit it")
+                return candidate
         if self.fallback is not None:
             return self.fallback.compute_dtype(op_type, dtype)
         raise NotImplementedError(f"{self.name} has no {op_type} kernel for {dtype} nor a wider type")
 
 
 ORT_CPU = Target("ort-cpu", {op: _parse(spec) for op, spec in _ORT_CPU_MISSING.items()},
+                 wrong={op: _parse(spec) for op, spec in _ORT_CPU_WRONG.items()},
                  description="ONNX Runtime's CPU provider (kernel gaps measured)")

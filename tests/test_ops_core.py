@@ -127,6 +127,9 @@ CASES = [
     Case("reduce_max_u8", lambda a: a.max(axis=1), (rand((3, 4), np.uint8),)),
     Case("reduce_all", lambda a: jnp.all(a > -2, axis=1), (x34,)),
     Case("reduce_any", lambda a: jnp.any(a > 2, axis=0), (x34,)),
+    # any/all over a stack of rows: bool Or/And take two inputs, unlike the variadic Max/Min of number stacks
+    Case("reduce_any_stack", lambda a: jnp.any(jnp.stack([a[0] > 0, a[1] > 0, a[2] > 0]), axis=0), (x34,)),
+    Case("reduce_all_stack", lambda a: jnp.all(jnp.stack([a[0] > 0, a[1] > 0, a[2] > 0]), axis=0), (x34,)),
     Case("reduce_init", lambda a: lax.reduce(a, np.float32(10.0), lax.add, (1,)), (x34,)),
     Case("argmax_ties_nan", lambda a: (jnp.argmax(a, axis=1), jnp.argmin(a, axis=1)),
          (np.array([[1, 3, 3, 0], [np.nan, 2, np.nan, 5], [4, 4, 4, 4]], F32),)),

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.ops.sort import flip_top_bit
+from hlo2onnx.ops.shape import transpose_to
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, onnx_dtype
 
@@ -52,6 +54,11 @@ def is_constant(value, scalar) -> bool:
 @register("stablehlo.reduce")
 def reduce(ctx, *operands, dimensions):
     count = len(operands) // 2
+    if any(ctx.in_types[0].shape[d] == 0 for d in dimensions):
+        # Nothing to combine: XLA gives `init` everywhere (ORT refuses some empty reductions, bool ReduceMin).
+        out_shape = ctx.b.shape_const(ctx.out_type.shape)
+        return [ctx.b.typed("Expand", init, out_shape, dtype=t.dtype, cast=(0,))
+                for init, t in zip(operands[count:], ctx.out_types)]
     body = ctx.hlo_op.regions[0].blocks[0]
     if count == 2:
         return _arg_reduce(ctx, *operands, dimensions=dimensions, body=body)
@@ -63,10 +70,15 @@ def reduce(ctx, *operands, dimensions):
     if reducer not in _REDUCERS or (reducer in ("stablehlo.and", "stablehlo.or") and not is_bool(dtype)):
         raise NotImplementedError(f"reduce with body {[op.operation.name for op in body.operations]}")
     reduce_op, combine_op = _REDUCERS[reducer]
+    if is_bool(dtype) and reduce_op in ("ReduceSum", "ReduceProd"):  # XLA's add/mul on pred are or/and
+        reduce_op, combine_op = ("ReduceMax", "Or") if reduce_op == "ReduceSum" else ("ReduceMin", "And")
     b = ctx.b
-    pieces = _single_slices(x, dimensions) if reduce_op in ("ReduceMax", "ReduceMin") else None
+    # Only Max/Min are variadic in ONNX; bool or/and (And, Or) take two inputs.
+    pieces = _single_slices(x, dimensions) if combine_op in ("Max", "Min") else None
     if not dimensions:
         result = b.op("Identity", x)
+    elif reduce_op in ("ReduceSum", "ReduceProd") and not is_float(dtype):
+        result = exact_reduce(b, x, combine_op, list(ctx.in_types[0].shape), dimensions, dtype)
     elif pieces:
         # max/min over a few concatenated slices (jnp.min(jnp.array([a, b]))): ONNX's variadic Max/Min
         # propagate NaN as XLA does, so no NaN check is needed.
@@ -81,6 +93,44 @@ def reduce(ctx, *operands, dimensions):
     if is_bool(dtype):
         return b.op(combine_op, result, init)
     return b.typed(combine_op, result, init, dtype=dtype)
+
+
+def exact_reduce(b, x: ir.Value, combine_op: str, shape: list[int], axes, dtype: np.dtype) -> ir.Value:
+    """Integer sum or product over `axes` (none of size 0) with ops that wrap like XLA, in any order.
+
+    ORT's integer ReduceSum/ReduceProd go through float64 and saturate (hlo2onnx/support.py). A static
+    axis halves in place, Add/Mul of its two halves, log2(n) times; a dynamic one sums by a MatMul with ones.
+    """
+    for axis in axes:
+        n = shape[axis]
+        if n < 0:
+            if combine_op != "Add":
+                raise NotImplementedError("integer product over a dynamic axis (ORT's ReduceProd saturates)")
+            x = _sum_by_matmul(b, x, len(shape), axis, dtype)
+            continue
+        while n > 1:
+            half = n // 2
+            y = b.typed(combine_op, _axis_slice(b, x, axis, 0, half), _axis_slice(b, x, axis, half, 2 * half),
+                        dtype=dtype)
+            if n % 2:
+                y = b.op("Concat", y, _axis_slice(b, x, axis, 2 * half, n), axis=axis)
+            x, n = y, half + n % 2
+    return b.op("Squeeze", x, b.shape_const(sorted(axes)))
+
+
+def _sum_by_matmul(b, x: ir.Value, rank: int, axis: int, dtype: np.dtype) -> ir.Value:
+    """x summed over `axis`, kept as size 1: x @ ones(n, 1) along that axis (ORT's integer MatMul wraps)."""
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    moved = transpose_to(b, x, perm)
+    n = b.op("Shape", x, start=axis, end=axis + 1)
+    ones = b.op("ConstantOfShape", b.op("Concat", n, b.shape_const([1]), axis=0),
+                value=ir.tensor(np.ones(1, dtype)))
+    total = b.typed("MatMul", moved, ones, dtype=dtype)
+    return transpose_to(b, total, [int(i) for i in np.argsort(perm)])
+
+
+def _axis_slice(b, x: ir.Value, axis: int, start: int, stop: int) -> ir.Value:
+    return b.op("Slice", x, b.shape_const([start]), b.shape_const([stop]), b.shape_const([axis]))
 
 
 _MAX_PIECES = 8
