@@ -1,6 +1,7 @@
 """Errors raised by hlo2onnx. Each names the StableHLO op and the user's source line."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -21,18 +22,28 @@ def _package_dirs() -> tuple[str, ...]:
 _LIBRARY_DIRS = _package_dirs()
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_library(path: str) -> bool:
+    return os.path.isabs(path) and os.path.realpath(path).startswith(_LIBRARY_DIRS)
+
+
 def source_frames(location: object) -> list[str]:
     """Every `file:line` of an MLIR location's traceback (innermost first) outside jax, jaxlib, mnjit and
     hlo2onnx; library code the user calls (flax, optax, ...) counts as the user's."""
+    return list(_frames(str(location)))
+
+
+@functools.lru_cache(maxsize=4096)  # a model's ops share few locations; the translator asks for each op
+def _frames(location: str) -> tuple[str, ...]:
     frames = []
-    for match in _FILE_LINE.finditer(str(location)):
+    for match in _FILE_LINE.finditer(location):
         path = match.group(1)
-        if os.path.isabs(path) and os.path.realpath(path).startswith(_LIBRARY_DIRS):
+        if _is_library(path):
             continue
         frame = f"{path}:{match.group(2)}"
         if frame not in frames:
             frames.append(frame)
-    return frames
+    return tuple(frames)
 
 
 def source_line(location: object) -> str | None:
