@@ -38,7 +38,7 @@ from hlo2onnx.translator import Translator, _arg_name
 
 DEFAULT_OPSET = 21  # hlo2onnx.DEFAULT_OPSET
 # Rules use the opset-18 Reduce* forms; IR version 10 (what the translator writes) ends at opset 22.
-MIN_OPSET, MAX_OPSET = 18, 23  # 23 brings ONNX Attention (patterns/attention.py)
+MIN_OPSET, MAX_OPSET = 18, 24  # 23 brings ONNX Attention and RMSNormalization, 24 Swish; ORT 1.32 runs up to 24
 FORMATS = {
     "stablehlo-text": "StableHLO text",
     "mlir-bytecode": "MLIR bytecode",

@@ -84,10 +84,12 @@ def create_session(model: ir.Model, providers: Sequence[str]) -> tuple[ort.Infer
     options = session_options()
     weights, names, values = [], [], []
     swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
+    # ORT drops initializers no node reads before it takes these buffers by name, then fails to find them.
+    read = {id(value) for node in model.graph.all_nodes() for value in node.inputs if value is not None}
     try:
         for value in model.graph.initializers.values():
             tensor = value.const_value
-            if tensor is None or tensor.nbytes < EXTERNAL_WEIGHT_BYTES:
+            if tensor is None or tensor.nbytes < EXTERNAL_WEIGHT_BYTES or id(value) not in read:
                 continue
             array = _weight_array(tensor)
             if array is None:

@@ -18,7 +18,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from hlo2onnx.patterns import algebra, attention, convolution, engine, movement
-from hlo2onnx.patterns.cleanup import canonicalize, clean
+from hlo2onnx.patterns.cleanup import drop_unread_initializers, canonicalize, clean
 from hlo2onnx.patterns.fusions import fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
 from hlo2onnx.support import Target
@@ -80,6 +80,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     report.rewrites += algebra.widen_broadcasts(model)
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+    drop_unread_initializers(model)
     common_passes.OutputFixPass()(model)
     common_passes.NameFixPass()(model)
     ops_after = Counter(node.op_type for node in model.graph.all_nodes())

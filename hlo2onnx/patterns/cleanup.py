@@ -315,3 +315,18 @@ def remove_unused(graph: ir.Graph) -> int:
             graph.remove(node, safe=True)
             count += 1
     return count
+
+
+def drop_unread_initializers(model: ir.Model) -> int:
+    """Removes main-graph initializers that no node of any graph reads.
+
+    onnx-ir's RemoveUnusedNodesPass keeps them when a node that was replaced (a folded
+    loop's old body) still lists them as inputs. ORT drops such initializers at load, and
+    then fails to find them when mnjit hands it their buffers by name.
+    """
+    read = {id(value) for node in model.graph.all_nodes() for value in node.inputs if value is not None}
+    unread = [name for name, value in model.graph.initializers.items()
+              if id(value) not in read and not value.is_graph_output()]
+    for name in unread:
+        model.graph.initializers.pop(name)
+    return len(unread)
