@@ -16,7 +16,7 @@ from jax import core
 
 import hlo2onnx
 from hlo2onnx.convert import MAX_OPSET, MIN_OPSET
-from mnjit import device
+from mnjit import device, fallback as partitioned
 from mnjit.files import save_model
 
 _ARRAY_TYPE = type(jax.numpy.zeros(()))
@@ -94,7 +94,7 @@ class MnjitLowered:
 
 @dataclass
 class _CacheEntry:
-    lowered: MnjitLowered
+    lowered: MnjitLowered | partitioned.PartitionedLowered
     runner: device.Runner
     out_tree: Any
 
@@ -129,12 +129,19 @@ class _TypedKeys:
         return outputs
 
 
+def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> device.Runner:
+    if any(map(_is_key, in_avals + out_avals)):
+        return _TypedKeys(target, model, in_avals, out_avals)
+    return device.make_runner(target, model, in_avals, out_avals)
+
+
 class MnjitFunction:
     """A function compiled to ONNX and run on ONNX Runtime; call it like jax.jit's result."""
 
     def __init__(self, fun: Callable, *, static_argnums=None, static_argnames=None,
                  target: str | hlo2onnx.Target = "ort-cpu", opset: int = hlo2onnx.DEFAULT_OPSET,
-                 max_cache_size: int | None = None, donate_argnums=None, donate_argnames=None):
+                 max_cache_size: int | None = None, donate_argnums=None, donate_argnames=None,
+                 fallback: bool = False):
         if not callable(fun):
             raise TypeError(f"mnjit expects a callable, got {type(fun).__name__}")
         if not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
@@ -147,6 +154,7 @@ class MnjitFunction:
         self._target = hlo2onnx.targets.get(target)
         device.require(self._target)  # a missing runtime or device is refused now, never run elsewhere
         self._opset = opset
+        self._fallback = bool(fallback)  # split the program: what the target cannot run goes to jax.jit
         # donate_* are accepted for drop-in compatibility; ORT allocates fresh outputs anyway.
         # keep_unused: jit would drop unused arguments and shift the inputs (docs/runtime.md).
         self._jitted = jax.jit(fun, static_argnums=self._static_argnums, static_argnames=self._static_argnames,
@@ -191,8 +199,10 @@ class MnjitFunction:
         return static, dyn_args, dyn_kwargs
 
     # -- capture and translation -------------------------------------------------------
-    def lower(self, *args, **kwargs) -> MnjitLowered:
+    def lower(self, *args, **kwargs) -> MnjitLowered | partitioned.PartitionedLowered:
         traced = self._jitted.trace(*args, **kwargs)
+        if self._fallback:
+            return partitioned.plan(traced, self._target, self._opset, getattr(self._fun, "__name__", "main"))
         lowered = traced.lower()
         conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
                                                opset=self._opset, name=getattr(self._fun, "__name__", "main"))
@@ -201,14 +211,13 @@ class MnjitFunction:
     def _compile(self, args: tuple, kwargs: dict) -> _CacheEntry:
         lowered = self.lower(*args, **kwargs)
         self.translations += 1
+        if self._fallback:
+            return _CacheEntry(lowered, partitioned.PartitionedRunner(lowered, _runner_for), lowered.traced.out_tree)
         in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
         out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)
         if len(lowered.model.graph.inputs) != len(in_avals):
             raise AssertionError("ONNX inputs do not match the flattened arguments")
-        if any(map(_is_key, in_avals + out_avals)):
-            runner = _TypedKeys(self._target, lowered.model, in_avals, out_avals)
-        else:
-            runner = device.make_runner(self._target, lowered.model, in_avals, out_avals)
+        runner = _runner_for(self._target, lowered.model, in_avals, out_avals)
         # The StableHLO module holds a copy of every constant; the entry keeps only the ONNX model.
         lowered.lowered = None
         return _CacheEntry(lowered, runner, lowered.traced.out_tree)
@@ -226,7 +235,8 @@ def mnjit(fun: Callable | None = None, *, static_argnums: int | Iterable[int] | 
     """Drop-in for jax.jit that runs the compiled function on ONNX Runtime.
 
     Options beyond jax.jit's: `target` (where the model runs and which ops it may use: a name in
-    `hlo2onnx.TARGETS`), `opset`, and `max_cache_size` (how many signatures to keep, least recently used
+    `hlo2onnx.TARGETS`), `opset`, `fallback` (run what the target cannot under jax.jit instead of raising
+    UnsupportedOpError: mnjit/fallback.py), and `max_cache_size` (how many signatures to keep, least recently used
     dropped first; default unlimited, like jax.jit).
     """
     if fun is None:
