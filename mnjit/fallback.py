@@ -306,19 +306,22 @@ def schedule(eqns: Sequence, placements: Sequence[int]) -> list[int]:
 
 
 # -- classification -----------------------------------------------------------------------------------
-_verdicts: dict[Any, str | None] = {}
+# id(target) -> (target, {equation key: verdict}). Targets hold dicts, so they are not hashable themselves;
+# the entry keeps its target alive, so the id is never reused for another one.
+_verdicts: dict[int, tuple[hlo2onnx.Target, dict[Any, str | None]]] = {}
 
 
 def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
     """None when `target` runs `eqn` on its own; otherwise why not (the translator's error)."""
     try:
-        key = (target, opset, eqn.primitive, tuple(sorted(eqn.params.items())),
+        key = (opset, eqn.primitive, tuple(sorted(eqn.params.items())),
                tuple((v.aval, v.val if isinstance(v, jc.Literal) else None) for v in eqn.invars))
         hash(key)
     except TypeError:  # unhashable params (arrays): classified each time
         key = None
-    if key is not None and key in _verdicts:
-        return _verdicts[key]
+    verdicts = _verdicts.setdefault(id(target), (target, {}))[1]
+    if key is not None and key in verdicts:
+        return verdicts[key]
     invars = list(dict.fromkeys(v for v in eqn.invars if isinstance(v, jc.Var)))
     outvars = [jc.Var(v.aval) if isinstance(v, jc.DropVar) else v for v in eqn.outvars]
     single = jc.ClosedJaxpr(jc.Jaxpr([], invars, outvars, [eqn.replace(outvars=outvars)], eqn.effects), [])
@@ -329,7 +332,7 @@ def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
         verdict = str(e).split("; ")[0] or type(e).__name__  # the first clause: the advice that follows is
         # about the strict mode (run that part outside), which fallback does for the user
     if key is not None:
-        _verdicts[key] = verdict
+        verdicts[key] = verdict
     return verdict
 
 
