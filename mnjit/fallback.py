@@ -198,7 +198,7 @@ def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, 
         constvars = [v for v in reads[g] if v in consts]
         invars = [v for v in reads[g] if v not in consts]
         effects = frozenset().union(*(eqns[i].effects for i in group))
-        sub = jc.ClosedJaxpr(jc.Jaxpr(constvars, invars, outs, [eqns[i] for i in group], effects),
+        sub = jc.ClosedJaxpr(_jaxpr(constvars, invars, outs, [eqns[i] for i in group], effects, f"{name}_p{g}"),
                              [consts[v] for v in constvars])
         part = Partition(chain[place].name if place < len(chain) else XLA, sub, tuple(slots[v] for v in invars),
                          tuple(slots[v] for v in outs))
@@ -226,6 +226,13 @@ def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, 
         out_slots.append(slot)
     return PartitionedLowered(traced, target, partitions, len(slots) + len(constants), constants,
                               tuple(out_slots), False)
+
+
+def _jaxpr(constvars: list, invars: list, outvars: list, eqns: list, effects, name: str) -> jc.Jaxpr:
+    # A Jaxpr without DebugInfo is deprecated (jax#26480); the names are only for jax's messages.
+    debug = jc.DebugInfo("mnjit fallback", name, tuple(f"in{i}" for i in range(len(invars))),
+                         tuple(f"out{i}" for i in range(len(outvars))))
+    return jc.Jaxpr(constvars, invars, outvars, eqns, effects, debug)
 
 
 def _inline(closed: jc.ClosedJaxpr) -> tuple[dict, list, list]:
@@ -324,7 +331,8 @@ def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
         return verdicts[key]
     invars = list(dict.fromkeys(v for v in eqn.invars if isinstance(v, jc.Var)))
     outvars = [jc.Var(v.aval) if isinstance(v, jc.DropVar) else v for v in eqn.outvars]
-    single = jc.ClosedJaxpr(jc.Jaxpr([], invars, outvars, [eqn.replace(outvars=outvars)], eqn.effects), [])
+    single = jc.ClosedJaxpr(_jaxpr([], invars, outvars, [eqn.replace(outvars=outvars)], eqn.effects,
+                                   eqn.primitive.name), [])
     try:
         _translate(single, target, opset, eqn.primitive.name)
         verdict = None
