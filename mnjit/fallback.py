@@ -16,6 +16,7 @@ falls back whole: its body is not split.
 from __future__ import annotations
 
 import heapq
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -27,6 +28,7 @@ import hlo2onnx
 from hlo2onnx import targets as target_table
 from hlo2onnx.errors import source_line
 from mnjit import device
+from mnjit.files import save_model
 
 XLA = "xla"
 # Call-like primitives whose body is evaluated as-is outside differentiation: inlined, so that one
@@ -99,6 +101,14 @@ class PartitionedLowered:
             raise ValueError(f"the function runs as {len(self.partitions)} partitions, not one ONNX model; "
                              "see .partitions and .report()")
         return self.partitions[0].conversion.model
+
+    def as_text(self, debug_info: bool = False) -> str:
+        """The whole function's StableHLO (before splitting)."""
+        return self.traced.lower().as_text(debug_info=debug_info)
+
+    def save(self, path: str | os.PathLike, external_data: str | None = None) -> None:
+        """Writes the model, when the function is a single ONNX partition (see MnjitLowered.save)."""
+        save_model(self.model, path, external_data)
 
     def report(self) -> str:
         onnx_parts = self.onnx_partitions
@@ -204,8 +214,8 @@ def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, 
                          tuple(slots[v] for v in outs))
         part.fell_back = [FallbackOp(eqns[i].primitive.name, _where(eqns[i]), reasons[i]) for i in group
                           if reasons[i] is not None]
-        if part.is_onnx and not outs and not effects:
-            continue  # nothing reads it: dead code, as jax.jit would drop it
+        if not outs and not effects:
+            continue  # nothing reads it: dead code, which jax.jit would drop too
         if part.is_onnx:
             part.target = chain[place]
             try:
