@@ -226,14 +226,19 @@ def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, 
                                              f"its partition did not translate: {e}") for i in group]
         partitions.append(part)
 
-    constants, out_slots = {}, []
+    # Outputs no partition computes (literals, constants) come from jax.jit once, as jax.jit returns them
+    # (weak types included).
+    fixed = [v for v in outvars if not (isinstance(v, jc.Var) and v in slots)]
+    constvars = list(dict.fromkeys(v for v in fixed if isinstance(v, jc.Var)))
+    values = jax.jit(jc.jaxpr_as_fun(jc.ClosedJaxpr(
+        _jaxpr(constvars, [], fixed, [], frozenset(), f"{name}_constants"), [consts[v] for v in constvars])))()
+    constants, out_slots, values = {}, [], iter(values)
     for v in outvars:
         if isinstance(v, jc.Var) and v in slots:
             out_slots.append(slots[v])
-            continue
-        slot = len(slots) + len(constants)
-        constants[slot] = jax.numpy.asarray(consts[v] if isinstance(v, jc.Var) else v.val, v.aval.dtype)
-        out_slots.append(slot)
+        else:
+            out_slots.append(len(slots) + len(constants))
+            constants[out_slots[-1]] = next(values)
     return PartitionedLowered(traced, target, partitions, len(slots) + len(constants), constants,
                               tuple(out_slots), False)
 

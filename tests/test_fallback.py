@@ -220,13 +220,43 @@ def test_grad_and_vmap():
 
 
 def test_keys_cross_partitions():
-    def f(seed, x):
-        key = jax.random.key(seed)
-        noise = jax.random.normal(key, x.shape)
+    def f(key, x):
+        noise = jax.random.normal(key, x.shape)  # ONNX on ort-cpu, reading a typed key
         z = _cos_callback(x + noise)
-        return z, jax.random.split(key)[0]
+        return z * 2, jax.random.split(key)[0]  # a typed key out of an ONNX partition
 
-    g = mnjit(f, target="core", fallback=True)
-    got, want = g(3, X), jax.jit(f)(3, X)
+    key = jax.random.key(3)
+    g = mnjit(f, fallback=True)
+    got, want = g(key, X), jax.jit(f)(key, X)
     assert_same(got[0], want[0], tol=(1e-5, 1e-5))
+    assert got[1].dtype == want[1].dtype
     assert (jax.random.key_data(got[1]) == jax.random.key_data(want[1])).all()
+    assert g.lower(key, X).onnx_partitions
+
+
+@pytest.mark.parametrize("name", ["cond", "scan", "print_in_loop"])
+def test_control_flow_under_core(name, capfd):
+    def f(x):
+        y = jnp.sin(x)
+        if name == "cond":
+            y = jax.lax.cond(y.sum() > 0, lambda v: v * 2, lambda v: v - 1, y)
+        elif name == "scan":
+            y = jax.lax.scan(lambda c, v: (c + v, c * v), 0.0, y)[1]
+        else:
+            def body(i, v):
+                jax.debug.print("step {i}", i=i)
+                return v * 1.5
+            y = jax.lax.fori_loop(0, 3, body, y)
+        return jnp.exp(y) + 1
+
+    assert_same(mnjit(f, target="core", fallback=True)(X), jax.jit(f)(X))
+    jax.effects_barrier()
+    out = capfd.readouterr().out
+    assert out.count("step") == (6 if name == "print_in_loop" else 0)
+
+
+def test_constant_and_input_outputs():
+    def f(x):
+        return _cos_callback(x), 1.0, x, jnp.float32(2)
+
+    assert_same(mnjit(f, target="core", fallback=True)(X), jax.jit(f)(X))
