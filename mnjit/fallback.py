@@ -331,6 +331,7 @@ def schedule(eqns: Sequence, placements: Sequence[int]) -> list[int]:
 # id(target) -> (target, {equation key: verdict}). Targets hold dicts, so they are not hashable themselves;
 # the entry keeps its target alive, so the id is never reused for another one.
 _verdicts: dict[int, tuple[hlo2onnx.Target, dict[Any, str | None]]] = {}
+_MAX_VERDICTS = 4096
 
 
 def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
@@ -342,6 +343,8 @@ def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
     except TypeError:  # unhashable params (arrays): classified each time
         key = None
     verdicts = _verdicts.setdefault(id(target), (target, {}))[1]
+    if len(verdicts) > _MAX_VERDICTS:  # keys hold the params (loop bodies and their constants): bounded
+        verdicts.clear()
     if key is not None and key in verdicts:
         return verdicts[key]
     invars = list(dict.fromkeys(v for v in eqn.invars if isinstance(v, jc.Var)))
@@ -390,6 +393,10 @@ class PartitionedRunner:
                 run = _jitted(part.closed)
             self.stages.append((run, part.in_slots, part.out_slots))
         self.sessions = sum(p.is_onnx for p in lowered.partitions)
+        # Outputs that are inputs as given: jax.jit returns them as jax arrays even when given numpy or Python
+        # scalars, so the runner converts those the same way.
+        n_inputs = len(lowered.traced.jaxpr.jaxpr.invars)
+        self._passed_through = [k for k, slot in enumerate(lowered.out_slots) if slot < n_inputs]
         if lowered.whole:
             self.run = self.stages[0][0]  # one model, called directly: no slot bookkeeping
 
@@ -402,7 +409,14 @@ class PartitionedRunner:
             outputs = run([env[i] for i in in_slots])
             for slot, value in zip(out_slots, outputs):
                 env[slot] = value
-        return [env[i] for i in self.lowered.out_slots]
+        outputs = [env[i] for i in self.lowered.out_slots]
+        for k in self._passed_through:
+            if not isinstance(outputs[k], jax.Array):
+                outputs[k] = _identity(outputs[k])
+        return outputs
+
+
+_identity = jax.jit(lambda value: value)
 
 
 def _jitted(closed: jc.ClosedJaxpr) -> Callable[[list], list]:

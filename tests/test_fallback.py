@@ -260,3 +260,7 @@ def test_constant_and_input_outputs():
         return _cos_callback(x), 1.0, x, jnp.float32(2)
 
     assert_same(mnjit(f, target="core", fallback=True)(X), jax.jit(f)(X))
+    x = np.asarray(X)  # inputs handed back as outputs come back as jax arrays, as from jax.jit
+    assert_same(mnjit(f, target="core", fallback=True)(x), jax.jit(f)(x))
+    assert_same(mnjit(lambda s: (_cos_callback(s), s), target="core", fallback=True)(2.0),
+                jax.jit(lambda s: (_cos_callback(s), s))(2.0))
