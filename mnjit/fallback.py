@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.extend.core as jc
+import onnx
 import onnx_ir as ir
 
 import hlo2onnx
@@ -101,6 +102,10 @@ class PartitionedLowered:
             raise ValueError(f"the function runs as {len(self.partitions)} partitions, not one ONNX model; "
                              "see .partitions and .report()")
         return self.partitions[0].conversion.model
+
+    @property
+    def onnx_model(self) -> onnx.ModelProto:
+        return ir.to_proto(self.model)
 
     def as_text(self, debug_info: bool = False) -> str:
         """The whole function's StableHLO (before splitting)."""

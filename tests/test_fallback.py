@@ -82,6 +82,9 @@ def test_supported_function_is_one_model():
     lowered = f.lower(X)
     assert lowered.whole and len(lowered.partitions) == 1 and lowered.fell_back == []
     assert lowered.model is lowered.partitions[0].conversion.model
+    assert {"Sin", "Cos"} <= {n.op_type for n in lowered.onnx_model.graph.node}
+    with pytest.raises(ValueError, match="partitions"):
+        mnjit(chained, target="core", fallback=True).lower(X).model
     assert_same(f(X), jax.jit(lambda x: jnp.sin(x) @ jnp.cos(x)[:, None])(X))
 
 
