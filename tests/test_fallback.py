@@ -15,7 +15,7 @@ from jax.experimental import io_callback
 import hlo2onnx
 from harness import assert_same, rand
 from hlo2onnx import targets
-from mnjit import mnjit
+from mnjit import device, mnjit
 from mnjit.fallback import PartitionedRunner
 
 X = jnp.asarray(rand((5,), seed=1))
@@ -267,3 +267,31 @@ def test_constant_and_input_outputs():
     assert_same(mnjit(f, target="core", fallback=True)(x), jax.jit(f)(x))
     assert_same(mnjit(lambda s: (_cos_callback(s), s), target="core", fallback=True)(2.0),
                 jax.jit(lambda s: (_cos_callback(s), s))(2.0))
+
+
+def _chained_targets() -> list[str]:
+    """Shipped targets that name a fallback chain (openvino-cpu names ort-cpu) and run on this machine."""
+    found = []
+    for target in hlo2onnx.TARGETS.values():
+        if getattr(target, "fallback_chain", ()):
+            try:
+                device.require(target)
+            except device.TargetUnavailableError:
+                continue
+            found.append(target.name)
+    return found
+
+
+@pytest.mark.parametrize("name", _chained_targets() or [pytest.param("none", marks=pytest.mark.skip(
+    reason="no shipped target names a fallback chain here"))])
+def test_shipped_fallback_chain(name):
+    def f(x, n):
+        y = jnp.sin(x) * 2
+        k = (n * 1103515245 + 12345) >> 3  # integer wraparound and shifts: refused by some runtimes
+        return jnp.tanh(y) + k.astype(jnp.float32), _cos_callback(y)
+
+    n = jnp.arange(5, dtype=jnp.int32) * 100003
+    g = mnjit(f, target=name, fallback=True)
+    assert_same(g(X, n), jax.jit(f)(X, n))
+    target = hlo2onnx.TARGETS[name]
+    assert {p.runs_on for p in g.lower(X, n).partitions} <= {name, *target.fallback_chain, "xla"}
