@@ -171,15 +171,17 @@ def test_while_loop_under_core_falls_back_whole():
 
 
 def test_fallback_chain_runs_refused_part_on_the_next_target():
-    # A target naming another to run what it refuses (openvino-cpu names ort-cpu); the field may not
-    # exist on Target yet, so the test defines it on a subclass.
-    @dataclasses.dataclass(frozen=True)
-    class Chained(hlo2onnx.Target):
-        fallback_chain: tuple[str, ...] = ()
+    # A target naming another to run what it refuses (openvino-cpu names ort-cpu). Where Target has no
+    # such field yet, a subclass adds it.
+    if "fallback_chain" in {f.name for f in dataclasses.fields(hlo2onnx.Target)}:
+        chained_core = dataclasses.replace(targets.CORE, fallback_chain=("ort-cpu",))
+    else:
+        @dataclasses.dataclass(frozen=True)
+        class Chained(hlo2onnx.Target):
+            fallback_chain: tuple[str, ...] = ()
 
-    core = dataclasses.replace(targets.CORE)
-    chained_core = Chained(**{f.name: getattr(core, f.name) for f in dataclasses.fields(core)},
-                           fallback_chain=("ort-cpu",))
+        fields = {f.name: getattr(targets.CORE, f.name) for f in dataclasses.fields(targets.CORE)}
+        chained_core = Chained(**fields, fallback_chain=("ort-cpu",))
     g = mnjit(_while, target=chained_core, fallback=True)
     assert_same(g(X), jax.jit(_while)(X))
     runs_on = [p.runs_on for p in g.lower(X).partitions]
