@@ -169,18 +169,7 @@ def _chain(target: hlo2onnx.Target) -> list[hlo2onnx.Target]:
 def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, name: str) -> PartitionedLowered:
     consts, eqns, outvars = _inline(closed)
     chain = _chain(target)
-    placements, reasons = [], []
-    for eqn in eqns:
-        reason = None
-        for place, candidate in enumerate(chain):
-            refusal = classify(eqn, candidate, opset)
-            if refusal is None:
-                break
-            reason = reason or f"{candidate.name}: {refusal}"  # the main target's reason is the one reported
-        else:
-            place = len(chain)
-        placements.append(place)
-        reasons.append(reason)
+    placements, reasons = zip(*(_place(eqn, chain, opset) for eqn in eqns)) if eqns else ((), ())
     order = schedule(eqns, placements)
     groups: list[list[int]] = []
     for i in order:
@@ -246,6 +235,18 @@ def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, 
             constants[out_slots[-1]] = next(values)
     return PartitionedLowered(traced, target, partitions, len(slots) + len(constants), constants,
                               tuple(out_slots), False)
+
+
+def _place(eqn, chain: list[hlo2onnx.Target], opset: int) -> tuple[int, str | None]:
+    """The index in `chain` of the first target that runs `eqn` (len(chain): XLA), and why the main target
+    does not (None when it does)."""
+    reason = None
+    for place, candidate in enumerate(chain):
+        refusal = classify(eqn, candidate, opset)
+        if refusal is None:
+            return place, reason
+        reason = reason or f"{candidate.name}: {refusal}"
+    return len(chain), reason
 
 
 def _jaxpr(constvars: list, invars: list, outvars: list, eqns: list, effects, name: str) -> jc.Jaxpr:
