@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.extend.core as jc
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -344,7 +345,7 @@ def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
     """None when `target` runs `eqn` on its own; otherwise why not (the translator's error)."""
     try:
         key = (opset, eqn.primitive, tuple(sorted(eqn.params.items())),
-               tuple((v.aval, v.val if isinstance(v, jc.Literal) else None) for v in eqn.invars))
+               tuple((v.aval, _literal_key(v)) for v in eqn.invars))
         hash(key)
     except TypeError:  # unhashable params (arrays): classified each time
         key = None
@@ -366,6 +367,14 @@ def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
     if key is not None:
         verdicts[key] = verdict
     return verdict
+
+
+def _literal_key(atom) -> tuple | None:
+    """A literal's value as hashable bytes (jax holds literals as arrays, which do not hash)."""
+    if not isinstance(atom, jc.Literal):
+        return None
+    value = np.asarray(atom.val)
+    return value.dtype.str, value.shape, value.tobytes()
 
 
 def _translate(closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, name: str):
