@@ -28,11 +28,11 @@ import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
-from hlo2onnx.builder import Builder
+from hlo2onnx.builder import Builder, graph_input
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register
-from hlo2onnx.translator import Translator, set_type
-from hlo2onnx.types import TensorType, tensor_type
+from hlo2onnx.translator import Translator
+from hlo2onnx.types import TensorType, set_type, tensor_type
 
 _INT64_MIN = np.iinfo(np.int64).min
 _SCALAR_I64 = TensorType((), np.dtype(np.int64))
@@ -48,33 +48,6 @@ Affine = tuple  # tuple[dict[int, int], int]
 
 
 # -- subgraphs ---------------------------------------------------------------------------------------------
-def _graph_input(ttype: TensorType) -> ir.Value:
-    value = ir.Value()
-    set_type(value, ttype)
-    return value
-
-
-def _finish_subgraph(sb: Builder, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value],
-                     types: Sequence[TensorType]) -> ir.Graph:
-    """Sets the subgraph's signature. Outputs must be distinct values computed in this graph (or its inputs)."""
-    final: list[ir.Value] = []
-    for value, ttype in zip(outputs, types):
-        producer = value.producer()
-        if (producer is None and value not in inputs) or (producer is not None and producer.graph is not sb.graph) \
-                or value in final:
-            value = sb.op("Identity", value)
-        set_type(value, ttype)
-        final.append(value)
-    sb.graph.inputs.extend(inputs)
-    sb.graph.outputs.extend(final)
-    # Each graph's own namer restarts at val_0; ONNX wants names unique across the model's scopes.
-    # Nested subgraphs were renamed when they were finished.
-    values = [*inputs, *(out for node in sb.graph for out in node.outputs)]
-    for i, value in enumerate(values):
-        value.name = f"{sb.graph.name}/{i}"
-    return sb.graph
-
-
 def _hoist_invariants(sb: Builder, b: Builder, body_inputs: Sequence[ir.Value]) -> None:
     """Moves the body nodes that read only outer values out of the loop: each would compute the same result
     every iteration (broadcast constants, casts of loop-invariant operands)."""
@@ -342,8 +315,8 @@ def while_(ctx, *inits):
     n = len(inits)
     carried = [k for k in range(n) if k not in plan.invariant and k not in plan.scans]
     sb = b.subgraph("while_body")
-    iteration, cond_in = _graph_input(_SCALAR_I64), _graph_input(_SCALAR_BOOL)
-    carried_in = {k: _graph_input(ctx.in_types[k]) for k in carried}
+    iteration, cond_in = graph_input(_SCALAR_I64), graph_input(_SCALAR_BOOL)
+    carried_in = {k: graph_input(ctx.in_types[k]) for k in carried}
     # A scan buffer's block argument only feeds its overridden write: the outer value stands in.
     yields = tr.emit_block(body, [carried_in.get(k, inits[k]) for k in range(n)], sb, _overrides(plan, tr))
     # With a trip count the cond input stays true, and passing it on costs no node.
@@ -361,7 +334,7 @@ def while_(ctx, *inits):
     scans = list(plan.scans)
     row_types = [TensorType(ctx.out_types[k].shape[1:], ctx.out_types[k].dtype) for k in scans]
     _hoist_invariants(sb, b, [iteration, cond_in, *carried_in.values()])
-    graph = _finish_subgraph(sb, [iteration, cond_in, *carried_in.values()],
+    graph = sb.finish_subgraph([iteration, cond_in, *carried_in.values()],
                              [cond_out, *(yields[k] for k in carried), *(yields[k] for k in scans)],
                              [_SCALAR_BOOL, *(ctx.in_types[k] for k in carried), *row_types])
     outs = b.ops("Loop", trip, cond_init, *(inits[k] for k in carried), body=graph,
@@ -384,7 +357,7 @@ def _scaled(b: Builder, x: ir.Value, factor: int) -> ir.Value:
 def _branch(ctx, block: mlir.Block, name: str) -> ir.Graph:
     sb = ctx.b.subgraph(name)
     outs = ctx.translator.emit_block(block, [], sb)
-    return _finish_subgraph(sb, [], outs, ctx.out_types)
+    return sb.finish_subgraph([], outs, ctx.out_types)
 
 
 @register("stablehlo.if")
@@ -420,7 +393,7 @@ def _case_tree(ctx, b: Builder, index: ir.Value, blocks, lo: int, hi: int):
     halves = []
     for start, stop in ((lo, mid), (mid, hi)):
         sb = b.subgraph(f"case_{start}_{stop - 1}")
-        halves.append(_finish_subgraph(sb, [], _case_tree(ctx, sb, index, blocks, start, stop), ctx.out_types))
+        halves.append(sb.finish_subgraph([], _case_tree(ctx, sb, index, blocks, start, stop), ctx.out_types))
     return b.ops("If", b.op("Less", index, b.const(mid, np.int32)), then_branch=halves[0], else_branch=halves[1],
                  num_outputs=len(ctx.out_types))
 
