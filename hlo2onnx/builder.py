@@ -12,7 +12,7 @@ import onnx_ir as ir
 from onnx_ir.tape import Tape
 
 from hlo2onnx.support import Target
-from hlo2onnx.types import onnx_dtype
+from hlo2onnx.types import TensorType, onnx_dtype, set_type
 
 # Constants up to this many elements are shared between uses.
 _DEDUP_LIMIT = 16
@@ -108,3 +108,34 @@ class Builder:
         self._root._counter += 1
         graph = ir.Graph([], [], nodes=[], name=f"{name}_{self._root._counter}")
         return Builder(graph, self.target, root=self._root)
+
+    # -- subgraphs (Loop and If bodies) ------------------------------------------------------------------
+    def finish_subgraph(self, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value],
+                        types: Sequence[TensorType]) -> ir.Graph:
+        """Sets this (body) builder's graph signature and returns the graph.
+
+        Outputs that are not distinct values computed in this graph (or its inputs) pass through an Identity.
+        """
+        final: list[ir.Value] = []
+        for value, ttype in zip(outputs, types):
+            producer = value.producer()
+            outside = producer is not None and producer.graph is not self.graph
+            if (producer is None and value not in inputs) or outside or value in final:
+                value = self.op("Identity", value)
+            set_type(value, ttype)
+            final.append(value)
+        self.graph.inputs.extend(inputs)
+        self.graph.outputs.extend(final)
+        # Each graph's own namer restarts at val_0; ONNX wants names unique across the model's scopes.
+        # Nested subgraphs were renamed when they were finished.
+        values = [*inputs, *(out for node in self.graph for out in node.outputs)]
+        for i, value in enumerate(values):
+            value.name = f"{self.graph.name}/{i}"
+        return self.graph
+
+
+def graph_input(ttype: TensorType) -> ir.Value:
+    """A fresh subgraph input of type `ttype` (for Builder.finish_subgraph)."""
+    value = ir.Value()
+    set_type(value, ttype)
+    return value

@@ -20,7 +20,7 @@ from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
 from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
 from hlo2onnx.support import Target
-from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, onnx_dtype, tensor_type
+from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, set_type, tensor_type
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
 # Replaces one op's rule inside one emit_block call: (builder, inputs) -> outputs. Keyed by the op's first result.
@@ -46,12 +46,6 @@ class RuleContext:
     @property
     def where(self) -> str | None:
         return self.translator.where(self.hlo_op)
-
-
-def set_type(value: ir.Value, ttype: TensorType) -> None:
-    ttype = ttype.storage  # complex values are float pairs in the graph
-    value.type = ir.TensorType(onnx_dtype(ttype.dtype))
-    value.shape = ir.Shape([d if d >= 0 else None for d in ttype.shape])
 
 
 class Translator:

@@ -101,3 +101,10 @@ def is_unsigned(dtype: np.dtype) -> bool:
 
 def is_bool(dtype: np.dtype) -> bool:
     return np.dtype(dtype) == np.dtype(np.bool_)
+
+
+def set_type(value: ir.Value, ttype: TensorType) -> None:
+    """Gives an onnx-ir value the graph type of `ttype` (unknown dims as None)."""
+    ttype = ttype.storage  # complex values are float pairs in the graph
+    value.type = ir.TensorType(onnx_dtype(ttype.dtype))
+    value.shape = ir.Shape([d if d >= 0 else None for d in ttype.shape])

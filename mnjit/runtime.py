@@ -37,7 +37,7 @@ _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.comp
 # (add_external_initializers) instead of being serialized into the model: no copy, and no 2 GB protobuf limit.
 EXTERNAL_WEIGHT_BYTES = 1024
 # A run that took longer than this goes through the interruptible path next time (Ctrl-C ends it promptly).
-_SLOW_RUN_SECONDS = 0.02
+SLOW_RUN_SECONDS = 0.02
 
 
 # -- threads ------------------------------------------------------------------------------------------
@@ -59,6 +59,11 @@ def set_intra_op_threads(count: int) -> None:
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"intra-op threads must be a positive integer, got {count!r}")
     _threads["intra_op"] = count
+
+
+def intra_op_threads() -> int:
+    """The thread count new sessions get (set_intra_op_threads)."""
+    return _threads["intra_op"]
 
 
 def session_options() -> ort.SessionOptions:
@@ -227,7 +232,7 @@ class OrtRunner:
                 except KeyboardInterrupt:  # a second Ctrl-C: the run is already being ended
                     continue
             raise
-        self._slow = time.perf_counter() - start > _SLOW_RUN_SECONDS
+        self._slow = time.perf_counter() - start > SLOW_RUN_SECONDS
         if isinstance(result[0], Exception):
             raise result[0]
         return self._to_jax(result[0])
@@ -281,7 +286,7 @@ class OrtRunner:
         # Weak types are invisible in StableHLO but callers depend on them (jax-md's
         # FIRE state carries a weak f64 mass). Marking one costs a tiny convert.
         for i in self._weak:
-            outputs[i] = _mark_weak(outputs[i])
+            outputs[i] = mark_weak(outputs[i])
         return outputs
 
 
@@ -305,7 +310,7 @@ def pairs_as_complex(pairs: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.require(pairs, requirements="C").view(dtype)[..., 0]
 
 
-def _mark_weak(array: jax.Array) -> jax.Array:
+def mark_weak(array: jax.Array) -> jax.Array:
     from jax._src.lax import lax as lax_internal  # no public way to set weak_type
 
     return lax_internal._convert_element_type(array, weak_type=True)

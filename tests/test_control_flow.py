@@ -9,41 +9,7 @@ import pytest
 from jax import lax
 
 from harness import Case, rand, run_case
-from hlo2onnx.registry import RULES, register
 from mnjit import mnjit
-
-# -- TEST-ONLY stand-ins for dynamic_slice / dynamic_update_slice -------------------------------------------
-# The real rules live in hlo2onnx/ops/indexing.py (another branch). lax.scan reads xs with dynamic_slice, and
-# the general while path (and grad) writes with dynamic_update_slice; these minimal versions only let this file
-# run before indexing.py is merged, and are skipped once real rules are registered.
-
-
-def _clamped_starts(b, starts, in_shape, sizes):
-    starts = b.op("Concat", *(b.op("Reshape", b.cast(s, np.int64), b.shape_const([1])) for s in starts), axis=0)
-    high = b.shape_const([n - k for n, k in zip(in_shape, sizes)])
-    return b.op("Min", b.op("Max", starts, b.shape_const([0] * len(sizes))), high)
-
-
-def _test_dynamic_slice(ctx, x, *starts, slice_sizes):
-    b = ctx.b
-    begin = _clamped_starts(b, starts, ctx.in_types[0].shape, slice_sizes)
-    return b.op("Slice", x, begin, b.op("Add", begin, b.shape_const(slice_sizes)))
-
-
-def _test_dynamic_update_slice(ctx, x, update, *starts):
-    b = ctx.b
-    in_shape, up_shape = ctx.in_types[0].shape, ctx.in_types[1].shape
-    begin = _clamped_starts(b, starts, in_shape, up_shape)
-    pads = b.op("Concat", begin, b.op("Sub", b.shape_const([n - k for n, k in zip(in_shape, up_shape)]), begin),
-                axis=0)
-    mask = b.op("Pad", b.splat(True, np.bool_, up_shape), pads, b.const(False))
-    return b.op("Where", mask, b.op("Pad", update, pads), x)
-
-
-if "stablehlo.dynamic_slice" not in RULES:
-    register("stablehlo.dynamic_slice")(_test_dynamic_slice)
-if "stablehlo.dynamic_update_slice" not in RULES:
-    register("stablehlo.dynamic_update_slice")(_test_dynamic_update_slice)
 
 # -- cases ----------------------------------------------------------------------------------------------------
 F32 = np.float32

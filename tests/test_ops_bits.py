@@ -9,7 +9,6 @@ import pytest
 from jax import lax
 
 from harness import Case, rand, run_case
-from hlo2onnx.registry import RULES
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 BF16 = ml_dtypes.bfloat16
@@ -179,10 +178,6 @@ def typed(fn):
     return lambda k, *args: fn(jax.random.wrap_key_data(k), *args)
 
 
-# JAX's CPU lowering of threefry2x32 is a rolled fori_loop: everything but seeding needs stablehlo.while.
-NEEDS_WHILE = pytest.mark.skipif("stablehlo.while" not in RULES,
-                                 reason="jax.random's threefry2x32 lowers to stablehlo.while on CPU, not translated "
-                                        "on this branch (the control-flow branch translates it)")
 SEEDING = [
     Case("prng_key", lambda s: jax.random.key_data(jax.random.key(s)), (np.int32(42),), tol=(0, 0)),
     Case("prng_PRNGKey", jax.random.PRNGKey, (np.int32(-7),), tol=(0, 0)),
@@ -221,7 +216,6 @@ def test_prng_seeding(case: Case) -> None:
     run_case(case)
 
 
-@NEEDS_WHILE
 @pytest.mark.parametrize("case", DRAWS, ids=repr)
 def test_prng_draws(case: Case) -> None:
     run_case(case)

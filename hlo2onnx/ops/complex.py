@@ -21,6 +21,7 @@ from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.ops import elementwise, shape as shape_ops
 from hlo2onnx.ops.reduce import single_reducer
+from hlo2onnx.ops.special import atan2_values, sign_bit
 from hlo2onnx.registry import RULES, register, register_complex
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_complex, real_dtype
@@ -275,16 +276,10 @@ def _div(b, dtype, x: Z, y: Z) -> Z:
     zero = b.const(0, dtype)
     y_zero = b.op("And", t("Equal", y.re, zero, result_dtype=bool), t("Equal", y.im, zero, result_dtype=bool))
     x_nan = b.op("Or", t("IsNaN", x.re, result_dtype=bool), t("IsNaN", x.im, result_dtype=bool))
-    inf = t("Where", _sign_bit(b, dtype, y.re), b.const(-np.inf, dtype), b.const(np.inf, dtype), cast=(1, 2))
+    inf = t("Where", sign_bit(b, y.re, dtype), b.const(-np.inf, dtype), b.const(np.inf, dtype), cast=(1, 2))
     special = b.op("And", y_zero, b.op("Not", x_nan))
     return Z(t("Where", special, t("Mul", inf, x.re), re, cast=(1, 2)),
              t("Where", special, t("Mul", inf, x.im), im, cast=(1, 2)))
-
-
-def _sign_bit(b, dtype, x: ir.Value) -> ir.Value:
-    """x < 0, or x is -0.0 (1/x is then -inf)."""
-    return b.typed("Less", b.typed("Div", b.const(1, dtype), x, dtype=dtype), b.const(0, dtype), dtype=dtype,
-                   result_dtype=bool)
 
 
 def _abs(b, dtype, z: Z) -> ir.Value:
@@ -305,7 +300,7 @@ def _exp(b, dtype, z: Z) -> Z:
 
 
 def _log(b, dtype, z: Z) -> Z:
-    return Z(b.typed("Log", _abs(b, dtype, z), dtype=dtype), atan2(b, dtype, z.im, z.re))
+    return Z(b.typed("Log", _abs(b, dtype, z), dtype=dtype), atan2_values(b, dtype, z.im, z.re))
 
 
 def _sqrt(b, dtype, z: Z) -> Z:
@@ -335,7 +330,7 @@ def _rsqrt(b, dtype, z: Z) -> Z:
 def _pow(b, dtype, x: Z, y: Z) -> Z:
     """|x|^y.re * exp(-y.im * arg x) * cis(y.re * arg x + y.im * log|x|)."""
     t = partial(b.typed, dtype=dtype)
-    angle = atan2(b, dtype, x.im, x.re)
+    angle = atan2_values(b, dtype, x.im, x.re)
     log_abs = t("Log", _abs(b, dtype, x))
     scale = t("Exp", t("Sub", t("Mul", y.re, log_abs), t("Mul", y.im, angle)))
     q = t("Add", t("Mul", y.re, angle), t("Mul", y.im, log_abs))
@@ -410,7 +405,7 @@ def _log1p(b, dtype, z: Z) -> Z:
     one = b.const(1, dtype)
     inner = t("Add", t("Mul", z.re, t("Add", z.re, b.const(2, dtype))), t("Mul", z.im, z.im))
     re = t("Mul", _real_rule(b, dtype, "stablehlo.log_plus_one", inner), b.const(0.5, dtype))
-    return Z(re, atan2(b, dtype, z.im, t("Add", z.re, one)))
+    return Z(re, atan2_values(b, dtype, z.im, t("Add", z.re, one)))
 
 
 def _real_rule(b, dtype, name: str, x: ir.Value) -> ir.Value:
@@ -446,7 +441,7 @@ def dot_general(ctx, lhs, rhs, *, dot_dimension_numbers):
     real = real_dtype(dtype)
     lhs, rhs = [x if is_complex(t.dtype) else from_real(b, x, t, dtype) for x, t in zip((lhs, rhs), ctx.in_types)]
     dims = dot_dimension_numbers
-    lhs_rank, rhs_rank = ctx.in_types[0].rank, ctx.in_types[1].rank
+    lhs_rank = ctx.in_types[0].rank
     n_batch = len(dims.lhs_batching_dimensions)
     n_lhs_free = lhs_rank - n_batch - len(dims.lhs_contracting_dimensions)
     out = list(ctx.out_type.shape)
@@ -463,51 +458,3 @@ def dot_general(ctx, lhs, rhs, *, dot_dimension_numbers):
     return join(b, Z(b.op("Sub", rr, ii), b.op("Add", ri, ir_)))
 
 
-def atan2_real(ctx, y, x):
-    return atan2(ctx.b, ctx.out_type.dtype, y, x)
-
-
-# -- atan2, which ONNX lacks ------------------------------------------------------------------
-_PI = math.pi
-# Cephes atan (double): P/Q on the reduced argument, with the low bits of pi/2 added back.
-_ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
-           -1.228866684490136173410e2, -6.485021904942025371773e1)
-_ATAN_Q = (2.485846490142306297962e1, 1.650270098316988542046e2, 4.328810604912902668951e2,
-           4.853903996359136964868e2, 1.945506571482613964425e2)
-_MOREBITS = 6.123233995736765886130e-17
-_TAN_3PI_8 = 2.41421356237309504880
-
-
-def atan(b, dtype, x: ir.Value) -> ir.Value:
-    if b.target.supports("Atan", dtype):
-        return b.op("Atan", x)
-    # ORT has no f64 Atan kernel: Cephes' double-precision atan.
-    t = partial(b.typed, dtype=dtype)
-    c = lambda v: b.const(v, dtype)  # noqa: E731
-    a = t("Abs", x)
-    big = t("Greater", a, c(_TAN_3PI_8), result_dtype=bool)
-    mid = t("Greater", a, c(0.66), result_dtype=bool)
-    pick = lambda hi, md, lo: t("Where", big, hi, t("Where", mid, md, lo, cast=(1, 2)), cast=(1, 2))  # noqa: E731
-    reduced = pick(t("Neg", t("Div", c(1), a)), t("Div", t("Sub", a, c(1)), t("Add", a, c(1))), a)
-    base = pick(c(_PI / 2), c(_PI / 4), c(0))
-    extra = pick(c(_MOREBITS), c(0.5 * _MOREBITS), c(0))
-    z = t("Mul", reduced, reduced)
-    p, q = c(_ATAN_P[0]), t("Add", z, c(_ATAN_Q[0]))
-    for coef in _ATAN_P[1:]:
-        p = t("Add", t("Mul", p, z), c(coef))
-    for coef in _ATAN_Q[1:]:
-        q = t("Add", t("Mul", q, z), c(coef))
-    r = t("Add", t("Mul", reduced, t("Div", t("Mul", z, p), q)), reduced)
-    return t("Mul", t("Sign", x), t("Add", t("Add", base, r), extra))
-
-
-def atan2(b, dtype, y: ir.Value, x: ir.Value) -> ir.Value:
-    """C's atan2 for finite values, signed zeros included (atan2(-0, -1) = -pi)."""
-    t = partial(b.typed, dtype=dtype)
-    angle = atan(b, dtype, t("Div", y, x))  # x = +-0: y/x = +-inf and atan gives +-pi/2
-    x_negative = _sign_bit(b, dtype, x)
-    half_turn = t("Where", _sign_bit(b, dtype, y), b.const(-_PI, dtype), b.const(_PI, dtype), cast=(1, 2))
-    angle = t("Where", x_negative, t("Add", angle, half_turn), angle, cast=(1, 2))
-    zero = b.const(0, dtype)
-    both_zero = b.op("And", t("Equal", x, zero, result_dtype=bool), t("Equal", y, zero, result_dtype=bool))
-    return t("Where", both_zero, t("Where", x_negative, half_turn, y, cast=(1, 2)), angle, cast=(1, 2))

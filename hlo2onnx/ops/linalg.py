@@ -17,106 +17,26 @@ are a memory matter and leave the logical tensors as they are.
 from __future__ import annotations
 
 from math import prod
-from typing import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
-from hlo2onnx.ops.control_flow import _finish_subgraph, _graph_input
+from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, first_failure, flat, iota, loop, loop_step,
+                                      reversed_axes, set_column, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
-from hlo2onnx.translator import set_type
 from hlo2onnx.types import TensorType
 
 _INT64_MIN = np.iinfo(np.int64).min
 _I64 = TensorType((), np.dtype(np.int64))
 _BOOL = TensorType((), np.dtype(np.bool_))
 _TRANSPOSED = [0, 2, 1]
-# (loop builder, step, carried values) -> (new carried values, rows of the scan outputs)
-Body = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], Sequence[ir.Value]]]
 
 
 def _lapack(*routines: str):
     return register_custom_call(*(f"lapack_{kind}{r}_ffi" for r in routines for kind in "sd"))
-
-
-# -- helpers ---------------------------------------------------------------------------------------------
-def _compute_dtype(dtype: np.dtype) -> np.dtype:
-    if np.dtype(dtype).kind != "f":
-        raise NotImplementedError(f"{np.dtype(dtype)} matrices are not supported")
-    # f16/bf16 (only stablehlo.triangular_solve sees them) are solved in f32 and rounded once.
-    return np.dtype(dtype) if np.dtype(dtype).itemsize >= 4 else np.dtype(np.float32)
-
-
-def _flat(b: Builder, x: ir.Value, ttype: TensorType, core: int, dtype: np.dtype) -> ir.Value:
-    """(batch..., *core dims) -> (B, *core dims) in the compute dtype."""
-    shape = ttype.shape
-    return reshape_to(b, b.cast(x, dtype), [prod(shape[:len(shape) - core]), *shape[len(shape) - core:]])
-
-
-def _unflat(b: Builder, x: ir.Value, ttype: TensorType) -> ir.Value:
-    """The inverse of _flat, for a result of type `ttype`."""
-    x = reshape_to(b, x, list(ttype.shape))
-    return x if _compute_dtype(ttype.dtype) == ttype.dtype else b.cast(x, ttype.dtype)
-
-
-def _iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
-    return b.const(np.arange(n, dtype=np.int64).reshape(shape))
-
-
-def _step(b: Builder, k: ir.Value) -> ir.Value:
-    """The loop step as a one-element index: Gather with it keeps the gathered axis."""
-    return reshape_to(b, k, [1])
-
-
-def _transposed(b: Builder, x: ir.Value) -> ir.Value:
-    return b.op("Transpose", x, perm=_TRANSPOSED)
-
-
-def _reversed(b: Builder, x: ir.Value, axes: Sequence[int]) -> ir.Value:
-    count = len(axes)
-    return b.op("Slice", x, b.shape_const([-1] * count), b.shape_const([_INT64_MIN] * count),
-                b.shape_const(list(axes)), b.shape_const([-1] * count))
-
-
-def _set_column(b: Builder, x: ir.Value, k1: ir.Value, column: ir.Value, batch: int, m: int) -> ir.Value:
-    """x[:, :, k] = column (B, m, 1): a scatter, cheaper than a full-size Where."""
-    return b.op("ScatterElements", x, b.op("Expand", k1, b.shape_const([batch, m, 1])), column, axis=2)
-
-
-def _diagonal(b: Builder, x: ir.Value, m: int, n: int, dtype: np.dtype) -> ir.Value:
-    """(B, m, n) -> (B, min(m, n)); exact: every other entry of a row is replaced by zero."""
-    on_diag = b.op("Equal", _iota(b, m, (m, 1)), _iota(b, n, (1, n)))
-    zero = b.const(np.zeros((), dtype))
-    rows = b.op("ReduceSum", b.op("Where", on_diag, x, zero), b.shape_const([2]), keepdims=0)
-    return rows if m <= n else b.op("Slice", rows, b.shape_const([0]), b.shape_const([n]), b.shape_const([1]))
-
-
-def _first_failure(b: Builder, failed: ir.Value, ttype: TensorType) -> ir.Value:
-    """LAPACK's info from a (B, k) mask of failed steps: the first one, 1-based, or 0."""
-    flags = b.cast(failed, np.int32)
-    first = b.cast(b.op("ArgMax", flags, axis=1, keepdims=0), np.int32)  # the first maximum
-    info = b.op("Mul", b.op("Add", first, b.const(np.int32(1))),
-                b.op("ReduceMax", flags, b.shape_const([1]), keepdims=0))
-    return reshape_to(b, info, list(ttype.shape))
-
-
-def _loop(b: Builder, name: str, trip: int, inits: Sequence[ir.Value], types: Sequence[TensorType], body: Body,
-          row_types: Sequence[TensorType] = ()) -> list[ir.Value]:
-    """An ONNX Loop of `trip` steps carrying `inits`; scan outputs stack the rows `body` yields."""
-    sb = b.subgraph(name)
-    step, cond = _graph_input(_I64), _graph_input(_BOOL)
-    carried = [_graph_input(t) for t in types]
-    outs, rows = body(sb, step, carried)
-    graph = _finish_subgraph(sb, [step, cond, *carried], [cond, *outs, *rows], [_BOOL, *types, *row_types])
-    results = b.ops("Loop", b.const(np.int64(trip)), None, *inits, body=graph,
-                    num_outputs=len(types) + len(row_types))
-    stacked = [TensorType((trip, *t.shape), t.dtype) for t in row_types]
-    for value, ttype in zip(results, [*types, *stacked]):
-        set_type(value, ttype)
-    return list(results)
 
 
 # -- triangular solve ------------------------------------------------------------------------------------
@@ -124,44 +44,44 @@ def _triangular_solve(ctx, a: ir.Value, rhs: ir.Value, *, left: bool, lower: boo
                       unit: bool) -> ir.Value:
     """op(A) X = B (left) or X op(A) = B, reading only A's `lower` (or upper) triangle."""
     b, out = ctx.b, ctx.out_type
-    dtype = _compute_dtype(out.dtype)
-    a = _flat(b, a, ctx.in_types[0], 2, dtype)
-    x = _flat(b, rhs, ctx.in_types[1], 2, dtype)
+    dtype = compute_dtype(out.dtype)
+    a = flat(b, a, ctx.in_types[0], 2, dtype)
+    x = flat(b, rhs, ctx.in_types[1], 2, dtype)
     batch, rows, cols = prod(out.shape[:-2]), *out.shape[-2:]
     if not left:  # X op(A) = B  <=>  op(A)^T X^T = B^T
-        x, transpose, rows, cols = _transposed(b, x), not transpose, cols, rows
+        x, transpose, rows, cols = transposed(b, x), not transpose, cols, rows
     if transpose:
-        a, lower = _transposed(b, a), not lower
+        a, lower = transposed(b, a), not lower
     if not lower:  # reversing rows and columns turns an upper triangle into a lower one
-        a, x = _reversed(b, a, [1, 2]), _reversed(b, x, [1])
+        a, x = reversed_axes(b, a, [1, 2]), reversed_axes(b, x, [1])
     x = _forward_substitution(b, a, x, batch, rows, cols, unit, dtype)
     if not lower:
-        x = _reversed(b, x, [1])
+        x = reversed_axes(b, x, [1])
     if not left:
-        x = _transposed(b, x)
-    return _unflat(b, x, out)
+        x = transposed(b, x)
+    return unflat(b, x, out)
 
 
 def _forward_substitution(b: Builder, a: ir.Value, rhs: ir.Value, batch: int, n: int, r: int, unit: bool,
                           dtype: np.dtype) -> ir.Value:
     """Solves L X = B for (batch, n, n) L (lower triangle of `a`) one row of X per step."""
-    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
+    row, col = iota(b, n, (n, 1)), iota(b, n, (1, n))
     zero = b.const(np.zeros((), dtype))
     strict = b.op("Where", b.op("Greater", row, col), a, zero)
-    diagonal = None if unit else reshape_to(b, _diagonal(b, a, n, n, dtype), [batch, n, 1])
+    pivots = None if unit else reshape_to(b, diagonal(b, a, n, n, dtype), [batch, n, 1])
     ttype = TensorType((batch, n, r), dtype)
 
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
         x, = carried
-        k1 = _step(sb, k)
+        k1 = loop_step(sb, k)
         # x_k = (b_k - L[k, :k] x[:k]) / L[k, k]; the rows of x not solved yet are zero.
         xk = sb.op("Sub", sb.op("Gather", rhs, k1, axis=1),
                    sb.op("MatMul", sb.op("Gather", strict, k1, axis=1), x))
-        if diagonal is not None:
-            xk = sb.op("Div", xk, sb.op("Gather", diagonal, k1, axis=1))
+        if pivots is not None:
+            xk = sb.op("Div", xk, sb.op("Gather", pivots, k1, axis=1))
         return [sb.op("ScatterElements", x, sb.op("Expand", k1, sb.shape_const([batch, 1, r])), xk, axis=1)], []
 
-    return _loop(b, "trsm", n, [b.splat(0, dtype, (batch, n, r))], [ttype], body)[0]
+    return loop(b, "trsm", n, [b.splat(0, dtype, (batch, n, r))], [ttype], body)[0]
 
 
 @_lapack("trsm")
@@ -182,16 +102,16 @@ def triangular_solve(ctx, a, rhs, *, left_side: bool, lower: bool, unit_diagonal
 def getrf(ctx, a):
     """LU with partial pivoting (the first largest |entry| pivots), right-looking; pivots are 1-based rows."""
     b, (t_lu, t_pivots, t_info) = ctx.b, ctx.out_types
-    dtype = _compute_dtype(t_lu.dtype)
+    dtype = compute_dtype(t_lu.dtype)
     *_, m, n = t_lu.shape
     batch, steps = prod(t_lu.shape[:-2]), min(m, n)
-    row, col = _iota(b, m, (m, 1)), _iota(b, n, (1, n))
+    row, col = iota(b, m, (m, 1)), iota(b, n, (1, n))
     zero, one, minus_one = (b.const(np.asarray(v, dtype)) for v in (0, 1, -1))
     full = TensorType((batch, m, n), dtype)
 
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
         lu, = carried
-        k1 = _step(sb, k)
+        k1 = loop_step(sb, k)
         column = sb.op("Abs", sb.op("Gather", lu, k1, axis=2))
         pivot_row = sb.op("ArgMax", sb.op("Where", sb.op("Less", row, k), minus_one, column), axis=1, keepdims=1)
         # Swap rows k and p: a scatter of two rows (a full-size Where costs several times more).
@@ -210,14 +130,14 @@ def getrf(ctx, a):
         u = sb.op("Where", sb.op("Greater", col, k), row_p, zero)
         lu = sb.op("Sub", lu, sb.op("Mul", multipliers, u))
         column = sb.op("Where", below, multipliers, column)
-        lu = _set_column(sb, lu, k1, column, batch, m)
+        lu = set_column(sb, lu, k1, column, batch, m)
         return [lu], [reshape_to(sb, pivot_row, [batch])]
 
-    lu, pivots = _loop(b, "getrf", steps, [_flat(b, a, ctx.in_types[0], 2, dtype)], [full], body,
+    lu, pivots = loop(b, "getrf", steps, [flat(b, a, ctx.in_types[0], 2, dtype)], [full], body,
                        [TensorType((batch,), np.dtype(np.int64))])
     pivots = b.cast(b.op("Add", _transposed2d(b, pivots), b.const(np.int64(1))), np.int32)
-    info = _first_failure(b, b.op("Equal", _diagonal(b, lu, m, n, dtype), zero), t_info)
-    return _unflat(b, lu, t_lu), reshape_to(b, pivots, list(t_pivots.shape)), info
+    info = first_failure(b, b.op("Equal", diagonal(b, lu, m, n, dtype), zero), t_info)
+    return unflat(b, lu, t_lu), reshape_to(b, pivots, list(t_pivots.shape)), info
 
 
 def _transposed2d(b: Builder, x: ir.Value) -> ir.Value:
@@ -231,45 +151,45 @@ def _cholesky(ctx, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.Value]:
     Returns the (B, n, n) factor and the (B, n) values whose square roots became the diagonal (LAPACK fails
     at the first one that is not positive)."""
     b, ttype = ctx.b, ctx.in_types[0]
-    dtype = _compute_dtype(ttype.dtype)
+    dtype = compute_dtype(ttype.dtype)
     n, batch = ttype.shape[-1], prod(ttype.shape[:-2])
-    x = _flat(b, a, ttype, 2, dtype)
+    x = flat(b, a, ttype, 2, dtype)
     if not lower:  # U^T U from the upper triangle is L L^T from the transpose's lower one
-        x = _transposed(b, x)
-    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
+        x = transposed(b, x)
+    row, col = iota(b, n, (n, 1)), iota(b, n, (1, n))
     zero = b.const(np.zeros((), dtype))
 
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
         w, = carried
-        k1 = _step(sb, k)
+        k1 = loop_step(sb, k)
         # v = A[:, k] - L[:, :k] L[k, :k]^T; its entry k is the pivot's square. Only L's row k is masked: the
         # columns from k on hold finite entries of A, which the zeros of that row cancel exactly.
         row_k = sb.op("Where", sb.op("Less", col, k), sb.op("Gather", w, k1, axis=1), zero)
         column = sb.op("Gather", w, k1, axis=2)
-        v = sb.op("Sub", column, sb.op("MatMul", w, _transposed(sb, row_k)))
+        v = sb.op("Sub", column, sb.op("MatMul", w, transposed(sb, row_k)))
         square = sb.op("Gather", v, k1, axis=1)
         root = sb.op("Sqrt", square)
         new = sb.op("Where", sb.op("Equal", row, k), root, sb.op("Mul", v, sb.op("Reciprocal", root)))
-        w = _set_column(sb, w, k1, sb.op("Where", sb.op("Less", row, k), column, new), batch, n)
+        w = set_column(sb, w, k1, sb.op("Where", sb.op("Less", row, k), column, new), batch, n)
         return [w], [reshape_to(sb, square, [batch])]
 
-    w, squares = _loop(b, "potrf", n, [x], [TensorType((batch, n, n), dtype)], body,
+    w, squares = loop(b, "potrf", n, [x], [TensorType((batch, n, n), dtype)], body,
                        [TensorType((batch,), dtype)])
-    return (w if lower else _transposed(b, w)), _transposed2d(b, squares)
+    return (w if lower else transposed(b, w)), _transposed2d(b, squares)
 
 
 @_lapack("potrf")
 def potrf(ctx, a, *, uplo: int):
     factor, squares = _cholesky(ctx, a, lower=uplo == ord("L"))
-    zero = ctx.b.const(np.zeros((), _compute_dtype(ctx.in_types[0].dtype)))
+    zero = ctx.b.const(np.zeros((), compute_dtype(ctx.in_types[0].dtype)))
     failed = ctx.b.op("Not", ctx.b.op("Greater", squares, zero))
-    return _unflat(ctx.b, factor, ctx.out_types[0]), _first_failure(ctx.b, failed, ctx.out_types[1])
+    return unflat(ctx.b, factor, ctx.out_types[0]), first_failure(ctx.b, failed, ctx.out_types[1])
 
 
 @register("stablehlo.cholesky")
 def cholesky(ctx, a, *, lower: bool = False):
     # The other triangle and the result for a matrix that is not positive definite are implementation-defined.
-    return _unflat(ctx.b, _cholesky(ctx, a, lower)[0], ctx.out_type)
+    return unflat(ctx.b, _cholesky(ctx, a, lower)[0], ctx.out_type)
 
 
 # -- QR --------------------------------------------------------------------------------------------------
@@ -277,15 +197,15 @@ def cholesky(ctx, a, *, lower: bool = False):
 def geqrf(ctx, a):
     """Householder QR (LAPACK's geqr2): R above the diagonal, the reflectors' tails below, and their taus."""
     b, (t_qr, t_taus) = ctx.b, ctx.out_types
-    dtype = _compute_dtype(t_qr.dtype)
+    dtype = compute_dtype(t_qr.dtype)
     *_, m, n = t_qr.shape
     batch = prod(t_qr.shape[:-2])
-    row, col = _iota(b, m, (m, 1)), _iota(b, n, (1, n))
+    row, col = iota(b, m, (m, 1)), iota(b, n, (1, n))
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
 
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
         qr, = carried
-        k1 = _step(sb, k)
+        k1 = loop_step(sb, k)
         column = sb.op("Gather", qr, k1, axis=2)
         alpha = sb.op("Gather", column, k1, axis=1)
         below, at = sb.op("Greater", row, k), sb.op("Equal", row, k)
@@ -299,43 +219,43 @@ def geqrf(ctx, a):
         v = sb.op("Where", at, one, sb.op("Mul", tail, scale))
         # H = I - tau v v^T on the columns right of k (LAPACK's larf: w = C^T v, C += v (-tau w)); v is zero above
         # row k and the update zero in columns up to k, so adding it leaves those entries as they are.
-        w = sb.op("Where", sb.op("Greater", col, k), sb.op("MatMul", _transposed(sb, v), qr), zero)
+        w = sb.op("Where", sb.op("Greater", col, k), sb.op("MatMul", transposed(sb, v), qr), zero)
         qr = sb.op("Add", qr, sb.op("Mul", v, sb.op("Mul", sb.op("Neg", tau), w)))
         new_column = sb.op("Where", at, sb.op("Where", identity, alpha, beta), sb.op("Where", below, v, column))
-        qr = _set_column(sb, qr, k1, new_column, batch, m)
+        qr = set_column(sb, qr, k1, new_column, batch, m)
         return [qr], [reshape_to(sb, tau, [batch])]
 
-    qr, taus = _loop(b, "geqrf", min(m, n), [_flat(b, a, ctx.in_types[0], 2, dtype)],
+    qr, taus = loop(b, "geqrf", min(m, n), [flat(b, a, ctx.in_types[0], 2, dtype)],
                      [TensorType((batch, m, n), dtype)], body, [TensorType((batch,), dtype)])
-    return _unflat(b, qr, t_qr), _unflat(b, _transposed2d(b, taus), t_taus)
+    return unflat(b, qr, t_qr), unflat(b, _transposed2d(b, taus), t_taus)
 
 
 @_lapack("orgqr")
 def orgqr(ctx, a, taus):
     """Q = H_0 ... H_{k-1} applied to the first columns of the identity, last reflector first (LAPACK's org2r)."""
     b, out = ctx.b, ctx.out_type
-    dtype = _compute_dtype(out.dtype)
+    dtype = compute_dtype(out.dtype)
     *_, m, n = out.shape
     batch, k = prod(out.shape[:-2]), ctx.in_types[1].shape[-1]
-    reflectors = _flat(b, a, ctx.in_types[0], 2, dtype)
+    reflectors = flat(b, a, ctx.in_types[0], 2, dtype)
     taus = reshape_to(b, b.cast(taus, dtype), [batch, k, 1])
-    row = _iota(b, m, (m, 1))
+    row = iota(b, m, (m, 1))
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
 
     def body(sb: Builder, step: ir.Value, carried: list[ir.Value]):
         q, = carried
         i = sb.op("Sub", sb.const(np.int64(k - 1)), step)
-        i1 = _step(sb, i)
+        i1 = loop_step(sb, i)
         v = sb.op("Where", sb.op("Greater", row, i), sb.op("Gather", reflectors, i1, axis=2),
                   sb.op("Where", sb.op("Equal", row, i), one, zero))
         # Columns left of i are zero from row i down: the update leaves them exactly as they are.
-        w = sb.op("MatMul", _transposed(sb, v), q)
+        w = sb.op("MatMul", transposed(sb, v), q)
         minus_tau = sb.op("Neg", sb.op("Gather", taus, i1, axis=1))
         return [sb.op("Add", q, sb.op("Mul", v, sb.op("Mul", minus_tau, w)))], []
 
     eye = b.op("Expand", b.const(np.eye(m, n, dtype=dtype)), b.shape_const([batch, m, n]))
-    q, = _loop(b, "orgqr", k, [eye], [TensorType((batch, m, n), dtype)], body)
-    return _unflat(b, q, out)
+    q, = loop(b, "orgqr", k, [eye], [TensorType((batch, m, n), dtype)], body)
+    return unflat(b, q, out)
 
 
 # -- tridiagonal solve -----------------------------------------------------------------------------------
@@ -347,13 +267,13 @@ def gtsv(ctx, dl, d, du, rhs):
     if any(list(ctx.hlo_op.results[i].uses) for i in range(3)):
         raise NotImplementedError("the factored diagonals @lapack_?gtsv_ffi returns are not translated")
     t_rhs, t_info = ctx.in_types[3], ctx.out_types[4]
-    dtype = _compute_dtype(t_rhs.dtype)
+    dtype = compute_dtype(t_rhs.dtype)
     *_, n, r = t_rhs.shape
     batch = prod(t_rhs.shape[:-2])
-    lower, diag = (_flat(b, v, ctx.in_types[0], 1, dtype) for v in (dl, d))
-    upper = b.op("Where", b.op("Equal", _iota(b, n, (1, n)), b.const(np.int64(n - 1))),
-                 b.const(np.zeros((), dtype)), _flat(b, du, ctx.in_types[2], 1, dtype))
-    x = _flat(b, rhs, t_rhs, 2, dtype)
+    lower, diag = (flat(b, v, ctx.in_types[0], 1, dtype) for v in (dl, d))
+    upper = b.op("Where", b.op("Equal", iota(b, n, (1, n)), b.const(np.int64(n - 1))),
+                 b.const(np.zeros((), dtype)), flat(b, du, ctx.in_types[2], 1, dtype))
+    x = flat(b, rhs, t_rhs, 2, dtype)
     vec, mat = TensorType((batch, 1), dtype), TensorType((batch, r), dtype)
     zero = b.const(np.zeros((), dtype))
     first = b.const(np.asarray([0], np.int64))
@@ -362,7 +282,7 @@ def gtsv(ctx, dl, d, du, rhs):
         """Row i (carried, already updated) against the original row i + 1; yields U's row i."""
         d_i, du_i, b_i = carried
         j = sb.op("Add", i, sb.const(np.int64(1)))
-        j1 = _step(sb, j)
+        j1 = loop_step(sb, j)
         dl_j, d_j, du_j = (sb.op("Gather", v, j1, axis=1) for v in (lower, diag, upper))
         b_j = sb.op("Gather", x, j, axis=1)
         keep = sb.op("GreaterOrEqual", sb.op("Abs", d_i), sb.op("Abs", dl_j))
@@ -378,7 +298,7 @@ def gtsv(ctx, dl, d, du, rhs):
 
     start = [b.op("Gather", diag, first, axis=1), b.op("Gather", upper, first, axis=1),
              b.op("Gather", x, b.const(np.int64(0)), axis=1)]
-    last_d, _, last_b, *u = _loop(b, "gtsv_eliminate", n - 1, start, [vec, vec, mat], eliminate,
+    last_d, _, last_b, *u = loop(b, "gtsv_eliminate", n - 1, start, [vec, vec, mat], eliminate,
                                   [vec, vec, vec, mat])
     # U's last row: its diagonal only.
     u0, u1, u2, y = (b.op("Concat", rows, b.op("Unsqueeze", tail, b.shape_const([0])), axis=0)
@@ -392,9 +312,9 @@ def gtsv(ctx, dl, d, du, rhs):
         xi = sb.op("Div", sb.op("Sub", sb.op("Sub", yi, sb.op("Mul", c1, x1)), sb.op("Mul", c2, x2)), c0)
         return [xi, x1], [xi]
 
-    solution = _loop(b, "gtsv_substitute", n, [b.splat(0, dtype, (batch, r))] * 2, [mat, mat], substitute,
+    solution = loop(b, "gtsv_substitute", n, [b.splat(0, dtype, (batch, r))] * 2, [mat, mat], substitute,
                      [mat])[2]
-    solution = b.op("Transpose", _reversed(b, solution, [0]), perm=[1, 0, 2])
-    info = _first_failure(b, b.op("Equal", _transposed2d(b, reshape_to(b, u0, [n, batch])), zero), t_info)
+    solution = b.op("Transpose", reversed_axes(b, solution, [0]), perm=[1, 0, 2])
+    info = first_failure(b, b.op("Equal", _transposed2d(b, reshape_to(b, u0, [n, batch])), zero), t_info)
     # The factored diagonals are unused (checked above): the operands stand in for them.
-    return dl, d, du, _unflat(b, solution, ctx.out_types[3]), info
+    return dl, d, du, unflat(b, solution, ctx.out_types[3]), info

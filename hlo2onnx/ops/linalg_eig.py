@@ -31,13 +31,11 @@ from typing import Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.builder import Builder
-from hlo2onnx.ops.control_flow import _finish_subgraph, _graph_input
-from hlo2onnx.ops.linalg import _compute_dtype, _diagonal, _flat, _iota, _loop, _step, _transposed, _unflat
+from hlo2onnx.builder import Builder, graph_input
+from hlo2onnx.ops.linalg_kit import compute_dtype, diagonal, flat, iota, loop, loop_step, transposed, unflat
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
-from hlo2onnx.translator import set_type
-from hlo2onnx.types import TensorType
+from hlo2onnx.types import TensorType, set_type
 
 _I64 = TensorType((), np.dtype(np.int64))
 _BOOL = TensorType((), np.dtype(np.bool_))
@@ -81,8 +79,8 @@ def _jacobi(b: Builder, name: str, n: int, batch: int, inits: Sequence[ir.Value]
     ps, qs, idles, inverses = _schedule(n)
     rounds, h = ps.shape
     sb = b.subgraph(name)
-    step, cond, was_active = _graph_input(_I64), _graph_input(_BOOL), _graph_input(_BOOL)
-    carried = [_graph_input(t) for t in types]
+    step, cond, was_active = graph_input(_I64), graph_input(_BOOL), graph_input(_BOOL)
+    carried = [graph_input(t) for t in types]
     r = sb.op("Mod", step, sb.const(np.int64(rounds)))
     p, q = sb.op("Gather", b.const(ps), r, axis=0), sb.op("Gather", b.const(qs), r, axis=0)
     cols = lambda index: sb.op("Expand", reshape_to(sb, index, [1, h, 1]), sb.shape_const([batch, h, 1]))
@@ -95,7 +93,7 @@ def _jacobi(b: Builder, name: str, n: int, batch: int, inits: Sequence[ir.Value]
     first, last = (sb.op("Equal", r, sb.const(np.int64(i))) for i in (0, rounds - 1))
     active = sb.op("Or", any_rotated, sb.op("And", was_active, sb.op("Not", first)))
     go_on = sb.op("Or", active, sb.op("Not", last))
-    graph = _finish_subgraph(sb, [step, cond, was_active, *carried], [go_on, active, *outs],
+    graph = sb.finish_subgraph([step, cond, was_active, *carried], [go_on, active, *outs],
                              [_BOOL, _BOOL, *types])
     results = b.ops("Loop", b.const(np.int64(_MAX_SWEEPS * rounds)), b.const(np.bool_(True)),
                     b.const(np.bool_(False)), *inits, body=graph, num_outputs=1 + len(types))
@@ -198,7 +196,7 @@ def _eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
 
 def _stored_triangle(b: Builder, n: int, uplo: int) -> tuple[ir.Value, ir.Value, ir.Value]:
     """Row and column indices, and the mask of the triangle LAPACK reads (`uplo` 'L' or 'U')."""
-    row, col = _iota(b, n, (n, 1)), _iota(b, n, (1, n))
+    row, col = iota(b, n, (n, 1)), iota(b, n, (1, n))
     return row, col, b.op("GreaterOrEqual" if uplo == ord("L") else "LessOrEqual", row, col)
 
 
@@ -208,19 +206,19 @@ def syevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     """Eigenvalues ascending, eigenvectors as columns; only the `uplo` triangle is read. Mode 'N' computes the
     vectors too (LAPACK leaves garbage there)."""
     b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
-    dtype = _compute_dtype(t_values.dtype)
+    dtype = compute_dtype(t_values.dtype)
     n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
     if batch * n == 0:
         return _empty(b, ctx.out_types)
-    x = _flat(b, a, ctx.in_types[0], 2, dtype)
+    x = flat(b, a, ctx.in_types[0], 2, dtype)
     _, _, triangle = _stored_triangle(b, n, uplo)
-    x = b.op("Where", triangle, x, _transposed(b, x))
+    x = b.op("Where", triangle, x, transposed(b, x))
     w = _eye(b, batch, n, dtype)  # rows: the eigenvectors
     info = _info(b, x, dtype, t_info)
     if n > 1:
         x, w = _jacobi_eigh(b, x, w, batch, n, dtype)
-    values, (w,) = _sort_rows(b, _diagonal(b, x, n, n, dtype), [w], n, largest=False)
-    return _unflat(b, _transposed(b, w), t_vectors), _unflat(b, values, t_values), info
+    values, (w,) = _sort_rows(b, diagonal(b, x, n, n, dtype), [w], n, largest=False)
+    return unflat(b, transposed(b, w), t_vectors), unflat(b, values, t_values), info
 
 
 def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype: np.dtype):
@@ -239,7 +237,7 @@ def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype
         rotated = _rotate_test(sb, sb.op("Abs", apq), app, aqq, eps, floor)
         s, tau = _rotation(sb, app, aqq, apq, rotated, dtype)
         # x = J^T a (row rotations), then J^T x^T = J^T a J (a is symmetric).
-        x = _transposed(sb, _put_back(sb, a, rnd, *_rotate_rows(sb, ap, aq, s, tau)))
+        x = transposed(sb, _put_back(sb, a, rnd, *_rotate_rows(sb, ap, aq, s, tau)))
         new_p, new_q = _zero_rotated(sb, _rotate_rows(sb, *_pair_rows(sb, x, rnd), s, tau), rnd, rotated, zero)
         a = _put_back(sb, x, rnd, new_p, new_q)
         w = _put_back(sb, w, rnd, *_rotate_rows(sb, *_pair_rows(sb, w, rnd), s, tau))
@@ -253,27 +251,27 @@ def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype
 def heevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     """Hermitian eigh on the (real, imag) planes: like syevd, each rotation first turning a_pq real by a phase."""
     b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
-    dtype = _compute_dtype(t_values.dtype)
+    dtype = compute_dtype(t_values.dtype)
     n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
     if batch * n == 0:
         return _empty(b, ctx.out_types)
     plane_type = TensorType(ctx.in_types[0].shape, dtype)
-    re, im = (_flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1))
+    re, im = (flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1))
     row, col, triangle = _stored_triangle(b, n, uplo)
     zero = b.const(np.zeros((), dtype))
     # The Hermitian matrix of the triangle; LAPACK takes the diagonal as real.
-    re = b.op("Where", triangle, re, _transposed(b, re))
-    im = b.op("Where", b.op("Equal", row, col), zero, b.op("Where", triangle, im, b.op("Neg", _transposed(b, im))))
+    re = b.op("Where", triangle, re, transposed(b, re))
+    im = b.op("Where", b.op("Equal", row, col), zero, b.op("Where", triangle, im, b.op("Neg", transposed(b, im))))
     w_re, w_im = _eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))  # rows: conjugated eigenvectors
     info = b.op("Max", _info(b, re, dtype, t_info), _info(b, im, dtype, t_info))
     if n > 1:
         re, im, w_re, w_im = _jacobi_heevd(b, [re, im, w_re, w_im], batch, n, dtype)
-    values, (w_re, w_im) = _sort_rows(b, _diagonal(b, re, n, n, dtype), [w_re, w_im], n, largest=False)
+    values, (w_re, w_im) = _sort_rows(b, diagonal(b, re, n, n, dtype), [w_re, w_im], n, largest=False)
     # V = W^H, joined into (real, imag) pairs.
     planes = [b.op("Unsqueeze", x, b.shape_const([3]))
-              for x in (_transposed(b, w_re), b.op("Neg", _transposed(b, w_im)))]
+              for x in (transposed(b, w_re), b.op("Neg", transposed(b, w_im)))]
     vectors = reshape_to(b, b.op("Concat", *planes, axis=3), list(t_vectors.storage.shape))
-    return vectors, _unflat(b, values, t_values), info
+    return vectors, unflat(b, values, t_values), info
 
 
 def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: np.dtype) -> list[ir.Value]:
@@ -298,8 +296,8 @@ def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: 
         s, tau = _rotation(sb, app, aqq, size, rotated, dtype)
         # x = U^H a; then U^H x^H = U^H a U (a is Hermitian).
         (p_re, q_re), (p_im, q_im) = _rotate_rows_complex(sb, rows, s, tau, e)
-        x = [_transposed(sb, _put_back(sb, re, rnd, p_re, q_re)),
-             sb.op("Neg", _transposed(sb, _put_back(sb, im, rnd, p_im, q_im)))]
+        x = [transposed(sb, _put_back(sb, re, rnd, p_re, q_re)),
+             sb.op("Neg", transposed(sb, _put_back(sb, im, rnd, p_im, q_im)))]
         (p_re, q_re), (p_im, q_im) = _rotate_rows_complex(sb, [_pair_rows(sb, v, rnd) for v in x], s, tau, e)
         (p_re, q_re), (p_im, q_im) = (_zero_rotated(sb, pair, rnd, rotated, zero) for pair in
                                       ((p_re, q_re), (p_im, q_im)))
@@ -320,28 +318,28 @@ def gesdd(ctx, a, *, mode: int):
     b, (_, t_s, t_u, t_vt, t_info) = ctx.b, ctx.out_types
     if mode not in (ord("A"), ord("S"), ord("N")):
         raise NotImplementedError(f"@lapack_?gesdd_ffi with mode {chr(mode)!r} is not translated")
-    dtype = _compute_dtype(t_s.dtype)
+    dtype = compute_dtype(t_s.dtype)
     in_type = ctx.in_types[0]
     *_, m, n = in_type.shape
     batch, k, l = prod(in_type.shape[:-2]), min(m, n), max(m, n)
     complex_ = in_type.storage.shape != in_type.shape
     plane_type = TensorType(in_type.shape, dtype)
-    x = [_flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1)] \
-        if complex_ else [_flat(b, a, in_type, 2, dtype)]
+    x = [flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1)] \
+        if complex_ else [flat(b, a, in_type, 2, dtype)]
     info = _info(b, x[0], dtype, t_info) if len(x) == 1 else b.op("Max", *(_info(b, v, dtype, t_info) for v in x))
     # The rows of A^T (of conj(A), when wide) are orthogonalized: A^T = conj(V) S U^T (A^H = V S U^H).
-    rows = [_transposed(b, v) for v in x] if m >= n else _conj(b, x)
+    rows = [transposed(b, v) for v in x] if m >= n else _conj(b, x)
     vectors = mode != ord("N")
     sigma, u_rows, w, good = _one_sided_jacobi(b, rows, batch, k, l, dtype, vectors)
     if not vectors:  # LAPACK leaves U and Vt as they were
         zeros = [b.splat(0, t.storage.dtype, t.storage.shape) for t in (t_u, t_vt)]
-        return a, _unflat(b, sigma, t_s), *zeros, info
+        return a, unflat(b, sigma, t_s), *zeros, info
     u_rows = _complete(b, u_rows, good, batch, k, l, l if mode == ord("A") else k, dtype)
     if m >= n:  # A = (rows^T) S (W^T)^H
-        u, vt = [_transposed(b, v) for v in u_rows], _conj(b, w)
+        u, vt = [transposed(b, v) for v in u_rows], _conj(b, w)
     else:  # A = W^T S conj(rows)
-        u, vt = [_transposed(b, v) for v in w], _conj(b, u_rows)
-    return a, _unflat(b, sigma, t_s), _join(b, u, t_u), _join(b, vt, t_vt), info
+        u, vt = [transposed(b, v) for v in w], _conj(b, u_rows)
+    return a, unflat(b, sigma, t_s), _join(b, u, t_u), _join(b, vt, t_vt), info
 
 
 Planes = list  # a real matrix as [x], a complex one as [real, imag]
@@ -354,7 +352,7 @@ def _conj(b: Builder, x: Planes) -> Planes:
 def _join(b: Builder, x: Planes, ttype: TensorType) -> ir.Value:
     """Planes -> a result of type `ttype` (complex ones as (real, imag) pairs)."""
     if len(x) == 1:
-        return _unflat(b, x[0], ttype)
+        return unflat(b, x[0], ttype)
     pairs = b.op("Concat", *(b.op("Unsqueeze", v, b.shape_const([3])) for v in x), axis=3)
     return reshape_to(b, pairs, list(ttype.storage.shape))
 
@@ -374,7 +372,7 @@ def _sum_squares(b: Builder, x: Planes, axes: list[int], keepdims: int = 1) -> i
 
 
 def _adjoint(b: Builder, x: Planes) -> Planes:
-    return _conj(b, [_transposed(b, v) for v in x])
+    return _conj(b, [transposed(b, v) for v in x])
 
 
 def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: np.dtype, vectors: bool):
@@ -436,15 +434,15 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
               dtype: np.dtype) -> Planes:
     """`count` orthonormal rows of length l: the (B, k, l) `rows` where `good` (the first ones), then rows
     orthogonal to them, from the Householder QR of rows^T: its Q's columns past the good ones (Q^T's rows)."""
-    row = _iota(b, l, (l, 1))
+    row = iota(b, l, (l, 1))
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
     planes = len(rows)
 
     def body(sb: Builder, j: ir.Value, carried: list[ir.Value]):
         r, q = carried[:planes], carried[planes:]
-        x = [sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", v, _step(sb, j), axis=2), zero)
+        x = [sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", v, loop_step(sb, j), axis=2), zero)
              for v in r]
-        alpha = [sb.op("Gather", v, _step(sb, j), axis=1) for v in x]
+        alpha = [sb.op("Gather", v, loop_step(sb, j), axis=1) for v in x]
         norm = sb.op("Sqrt", _sum_squares(sb, x, [1]))
         # beta = -phase(alpha) ||x|| (phase(0) = 1): v = x - beta e_j has no cancellation at j.
         size = sb.op("Sqrt", sb.op("Add", *(sb.op("Mul", v, v) for v in alpha))) if planes > 1 else \
@@ -466,7 +464,7 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
         return [*r, *q], []
 
     eye = [_eye(b, batch, l, dtype), b.splat(0, dtype, (batch, l, l))][:planes]
-    q = _loop(b, "svd_complete", k, [*(_transposed(b, v) for v in rows), *eye],
+    q = loop(b, "svd_complete", k, [*(transposed(b, v) for v in rows), *eye],
               [TensorType((batch, l, k), dtype)] * planes + [TensorType((batch, l, l), dtype)] * planes,
               body)[planes:]
     keep = good
@@ -474,5 +472,5 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
         rows = [b.op("Concat", v, b.splat(0, dtype, (batch, count - k, l)), axis=1) for v in rows]
         keep = b.op("Concat", good, b.splat(False, np.bool_, (batch, count - k)), axis=1)
     keep = b.op("Unsqueeze", keep, b.shape_const([2]))
-    return [b.op("Where", keep, v, b.op("Slice", _transposed(b, p), b.shape_const([0]), b.shape_const([count]),
+    return [b.op("Where", keep, v, b.op("Slice", transposed(b, p), b.shape_const([0]), b.shape_const([count]),
                                         b.shape_const([1]))) for v, p in zip(rows, q)]

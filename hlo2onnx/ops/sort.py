@@ -27,8 +27,8 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx.ops.shape import transpose_to
 from hlo2onnx.registry import RULES, register
-from hlo2onnx.translator import RuleContext, set_type
-from hlo2onnx.types import TensorType, is_float, tensor_type
+from hlo2onnx.translator import RuleContext
+from hlo2onnx.types import TensorType, is_float, set_type, tensor_type
 
 F64 = np.dtype(np.float64)
 # Above every finite f32/f16/bf16 value and below f64's infinity: where those formats' infinities go.

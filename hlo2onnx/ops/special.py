@@ -79,7 +79,7 @@ def _atan_unit(b: Builder, q: ir.Value, dtype: np.dtype) -> ir.Value:
     return b.op("Add", b.op("Where", reduced, b.const(hi, dtype), zero), small)
 
 
-def _sign_bit(b: Builder, x: ir.Value, dtype: np.dtype) -> ir.Value:
+def sign_bit(b: Builder, x: ir.Value, dtype: np.dtype) -> ir.Value:
     """True for negative numbers and -0 (1/-0 is -inf); False for NaN."""
     zero = b.const(0, dtype)
     return b.op("Or", b.op("Less", x, zero), b.op("Less", b.op("Div", b.const(1, dtype), x), zero))
@@ -96,7 +96,7 @@ def _atan2(b: Builder, dtype: np.dtype, y: ir.Value, x: ir.Value) -> ir.Value:
     q = b.op("Where", b.op("IsInf", small), b.const(1, dtype), q)
     angle = _atan_unit(b, q, dtype)
     # By octant: angle, pi - angle, pi/2 - angle or pi/2 + angle, as hi + (±angle + lo).
-    left = _sign_bit(b, x, dtype)
+    left = sign_bit(b, x, dtype)
     pi2, pi = _split(0.5, dtype), _split(1, dtype)
     zero = b.const(0, dtype)
     hi, lo = (b.op("Where", steep, b.const(pi2[i], dtype), b.op("Where", left, b.const(pi[i], dtype), zero))
@@ -104,9 +104,14 @@ def _atan2(b: Builder, dtype: np.dtype, y: ir.Value, x: ir.Value) -> ir.Value:
     flip = b.op("Where", b.op("Xor", steep, left), b.const(-1, dtype), b.const(1, dtype))
     angle = b.op("Add", hi, b.op("Add", b.op("Mul", flip, angle), lo))
     # angle * -1, not Where(.., Neg(angle), ..): ORT's Where turns a -0 from its first branch into +0.
-    angle = b.op("Mul", angle, b.op("Where", _sign_bit(b, y, dtype), b.const(-1, dtype), b.const(1, dtype)))
+    angle = b.op("Mul", angle, b.op("Where", sign_bit(b, y, dtype), b.const(-1, dtype), b.const(1, dtype)))
     nan = b.op("Or", b.op("IsNaN", x), b.op("IsNaN", y))
     return b.op("Where", nan, b.const(np.nan, dtype), angle)
+
+
+def atan2_values(b: Builder, dtype: np.dtype, y: ir.Value, x: ir.Value) -> ir.Value:
+    """IEEE atan2 of two real values of float `dtype` (the one atan2: complex log and angle use it too)."""
+    return in_compute_dtype(b, dtype, _atan2, y, x)
 
 
 @register("stablehlo.atan2")
@@ -114,7 +119,7 @@ def atan2(ctx, y, x):
     dtype = ctx.out_type.dtype
     if not is_float(dtype):
         raise NotImplementedError(f"atan2 of {dtype} (complex atan2 is not translated)")
-    return in_compute_dtype(ctx.b, dtype, _atan2, y, x)
+    return atan2_values(ctx.b, dtype, y, x)
 
 
 # fdlibm's pi/2 in three 33-bit parts (k * part is exact for |k| < 2^20, so x - k pi/2 loses nothing

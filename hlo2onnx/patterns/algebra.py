@@ -42,7 +42,7 @@ def _scalar(value: ir.Value | None) -> np.ndarray | None:
     return array.reshape(()) if array is not None and array.size == 1 else None
 
 
-def _same(a: ir.Value, b: ir.Value) -> bool:
+def same_value(a: ir.Value, b: ir.Value) -> bool:
     """The same value, or two one-element constants with the same bits and dtype."""
     if a is b:
         return True
@@ -56,7 +56,7 @@ def _is_zero(value: ir.Value) -> bool:
     return x is not None and x.dtype.kind in "fiu" and x == 0
 
 
-def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
+def producer_of(value: ir.Value | None, op_type: str) -> ir.Node | None:
     node = value.producer() if value is not None else None
     return node if node is not None and node.op_type == op_type and node.domain == "" else None
 
@@ -65,7 +65,7 @@ def _only_use(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-class _Emitter:
+class Emitter:
     """Builds the replacement nodes in front of the node being rewritten."""
 
     def __init__(self, graph: ir.Graph, anchor: ir.Node, target: Target | None = None, opset: int = 0):
@@ -106,13 +106,13 @@ class _Emitter:
 
 
 # Each rule: (node, emit) -> the value that replaces the node's output, or None.
-def _pow_one(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _pow_one(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """x ** 1 -> x (jax's gradient of x ** 2 is 2 * x ** 1; ORT runs std::pow on it)."""
     exponent = _scalar(node.inputs[1])
     return node.inputs[0] if exponent is not None and exponent == 1 else None
 
 
-def _bool_equal(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _bool_equal(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """b == True -> b, b == False -> not b (jax's `ne(x < 0, divisor < 0)` with a constant divisor)."""
     for x, c in (node.inputs, node.inputs[::-1]):
         constant = _scalar(c)
@@ -121,17 +121,17 @@ def _bool_equal(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return None
 
 
-def _equal(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _equal(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """abs(x) == inf -> isinf(x) (jnp.isinf), and _bool_equal."""
     for a, c in (node.inputs, node.inputs[::-1]):
-        magnitude, constant = _producer(a, "Abs"), _scalar(c)
+        magnitude, constant = producer_of(a, "Abs"), _scalar(c)
         if (magnitude is not None and constant is not None and constant.dtype.kind == "f" and constant == np.inf
                 and emit.allows("IsInf", magnitude.inputs[0])):
             return emit("IsInf", magnitude.inputs[0], like=node.outputs[0])
     return _bool_equal(node, emit)
 
 
-def _not(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _not(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """not not x -> x; not (x == x) -> isnan(x), one node instead of two."""
     inner = node.inputs[0].producer()
     if inner is None or inner.domain != "":
@@ -144,20 +144,20 @@ def _not(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return None
 
 
-def _and(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _and(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """(x < c) and not (x == c) -> x < c: a strict comparison already implies x != c (jnp.remainder's fix-up)."""
     for strict, other in (node.inputs, node.inputs[::-1]):
-        compare, negated = strict.producer(), _producer(other, "Not")
-        equal = _producer(negated.inputs[0], "Equal") if negated is not None else None
+        compare, negated = strict.producer(), producer_of(other, "Not")
+        equal = producer_of(negated.inputs[0], "Equal") if negated is not None else None
         if compare is None or compare.domain != "" or compare.op_type not in ("Less", "Greater") or equal is None:
             continue
         x, c = compare.inputs
-        if ((equal.inputs[0] is x and _same(equal.inputs[1], c)) or (equal.inputs[1] is x and _same(equal.inputs[0], c))):
+        if ((equal.inputs[0] is x and same_value(equal.inputs[1], c)) or (equal.inputs[1] is x and same_value(equal.inputs[0], c))):
             return strict
     return None
 
 
-def _where(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _where(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """where(m, x, x) -> x; nested selects of one fill value -> one select on the combined mask:
     where(a, z, where(b, z, x)) -> where(a or b, z, x) and where(a, where(b, x, z), z) -> where(a and b, x, z)
     (jnp.nan_to_num's gradient nests three)."""
@@ -165,29 +165,29 @@ def _where(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     if x is y:
         return x
     for branch, fill, combine in ((y, x, "Or"), (x, y, "And")):
-        inner = _producer(branch, "Where")
+        inner = producer_of(branch, "Where")
         if inner is None or not _only_use(branch):
             continue
         b, ix, iy = inner.inputs
-        if combine == "Or" and _same(ix, fill):
+        if combine == "Or" and same_value(ix, fill):
             return emit("Where", emit.bool_like("Or", m, b), fill, iy, like=node.outputs[0])
-        if combine == "And" and _same(iy, fill):
+        if combine == "And" and same_value(iy, fill):
             return emit("Where", emit.bool_like("And", m, b), ix, fill, like=node.outputs[0])
     return None
 
 
-def _add(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _add(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """a + (-b) -> a - b (exact), and _add_selects."""
     for a, b in (node.inputs, node.inputs[::-1]):
-        negated = _producer(b, "Neg")
+        negated = producer_of(b, "Neg")
         if negated is not None:
             return emit("Sub", a, negated.inputs[0], like=node.outputs[0])
     return _add_selects(node, emit)
 
 
-def _add_selects(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _add_selects(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """where(m, a, 0) + where(m, 0, d) -> where(m, a, d): the gradient of a select, summed back."""
-    left, right = (_producer(v, "Where") for v in node.inputs)
+    left, right = (producer_of(v, "Where") for v in node.inputs)
     if left is None or right is None or left.inputs[0] is not right.inputs[0]:
         return None
     if not all(_only_use(v) for v in node.inputs):
@@ -199,11 +199,11 @@ def _add_selects(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return None
 
 
-def _reduce_sum(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _reduce_sum(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """sum(-x) -> -sum(x): negation is exact, so the sum is the same; the Neg runs on the small result.
     sum(x * x) -> ReduceSumSquare(x): one pass instead of two (the same sum, up to its order)."""
     attrs, x = tuple(node.attributes.values()), node.inputs[0]
-    negated, square = _producer(x, "Neg"), _producer(x, "Mul")
+    negated, square = producer_of(x, "Neg"), producer_of(x, "Mul")
     if negated is not None and _only_use(x):
         total = emit("ReduceSum", negated.inputs[0], *node.inputs[1:], like=node.outputs[0], attrs=attrs)
         return emit("Neg", total, like=node.outputs[0])
@@ -213,9 +213,9 @@ def _reduce_sum(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return _merge_reduces(node, emit)
 
 
-def _merge_reduces(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _merge_reduces(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """reduce(reduce(x, axes, keepdims=1), axes) -> reduce(x, axes): the outer one only drops size-1 dims."""
-    inner = _producer(node.inputs[0], node.op_type)
+    inner = producer_of(node.inputs[0], node.op_type)
     if inner is None or len(inner.inputs) < 2 or len(node.inputs) < 2 or not _only_use(node.inputs[0]):
         return None
     keep = inner.attributes.get("keepdims")
@@ -229,17 +229,17 @@ def _merge_reduces(node: ir.Node, emit: _Emitter) -> ir.Value | None:
                 attrs=tuple(node.attributes.values()))
 
 
-def _sqrt(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _sqrt(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """sqrt(ReduceSumSquare(x)) -> ReduceL2(x) (jnp.linalg.norm)."""
-    total = _producer(node.inputs[0], "ReduceSumSquare")
+    total = producer_of(node.inputs[0], "ReduceSumSquare")
     if total is None or not _only_use(node.inputs[0]) or not emit.allows("ReduceL2", node.outputs[0]):
         return None
     return emit("ReduceL2", *total.inputs, like=node.outputs[0], attrs=tuple(total.attributes.values()))
 
 
-def _or(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _or(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """(x == inf) or (x == -inf) -> isinf(x) (jnp.isinf, and isfinite through nan_to_num)."""
-    equals = [_producer(v, "Equal") for v in node.inputs]
+    equals = [producer_of(v, "Equal") for v in node.inputs]
     if None in equals:
         return None
     found = []
@@ -262,7 +262,7 @@ _WIDEN_MIN_ELEMENTS = 1 << 16
 _WIDEN_MAX_RUN = 16
 
 
-def _widen_broadcast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _widen_broadcast(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """Materializes the operand that broadcasts just before a short last axis, so the kernel runs long."""
     out = static_shape(node.outputs[0])
     if len(out) < 2 or out[-1] > _WIDEN_MAX_RUN or int(np.prod(out)) < _WIDEN_MIN_ELEMENTS or len(node.inputs) != 2:
@@ -278,13 +278,13 @@ def _widen_broadcast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return None
 
 
-def _conditional_shift(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _conditional_shift(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """where(m, x + k, x) -> x + float(m) * k for a finite constant k (jnp.mod's fix-up of a negative fmod).
 
     ORT's Where costs about 10 ns an element (measured on 2M f64: 20 ms against 1.4 ms for an Add); Cast, Mul
     and Add are three fast passes. Same values, the sign of a zero aside: x + 0 turns an unselected -0 into +0."""
     m, shifted, x = node.inputs
-    add, out = _producer(shifted, "Add"), static_shape(node.outputs[0])
+    add, out = producer_of(shifted, "Add"), static_shape(node.outputs[0])
     if add is None or int(np.prod(out)) < _WIDEN_MIN_ELEMENTS or static_shape(m) != out:
         return None
     if not node.outputs[0].dtype.is_floating_point():
@@ -297,21 +297,21 @@ def _conditional_shift(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return None
 
 
-def _gemm(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _gemm(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """Gemm(a, b, reshape(c, [1, n])) -> Gemm(a, b, c): Gemm's C broadcasts from [n] itself (Dense's bias)."""
     if len(node.inputs) != 3 or node.inputs[2] is None:
         return None
-    reshape, out = _producer(node.inputs[2], "Reshape"), static_shape(node.outputs[0])
+    reshape, out = producer_of(node.inputs[2], "Reshape"), static_shape(node.outputs[0])
     bias = reshape.inputs[0] if reshape is not None else None
     if bias is None or static_shape(bias) != out[1:] or static_shape(node.inputs[2]) != (1, out[1]):
         return None
     return emit("Gemm", *node.inputs[:2], bias, like=node.outputs[0], attrs=tuple(node.attributes.values()))
 
 
-def _transpose(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _transpose(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """Gemm(x, y)^T -> Gemm(y, x) with the transposes swapped: (op(x) op(y))^T = op(y)^T op(x)^T.
     jax's gradient of a dense layer's weight comes out as dot(g^T, h) then a transpose."""
-    gemm, perm = _producer(node.inputs[0], "Gemm"), node.attributes.get("perm")
+    gemm, perm = producer_of(node.inputs[0], "Gemm"), node.attributes.get("perm")
     if gemm is None or len(gemm.inputs) != 2 or perm is None or list(perm.as_ints()) != [1, 0]:
         return None
     if not _only_use(node.inputs[0]):
@@ -362,16 +362,16 @@ def _iota(value: ir.Value) -> tuple[int, int] | None:
             if found is not None and splat is not None and splat.dtype.kind in "iu":
                 return found[0], found[1] + int(splat)
         return None
-    counting = _producer(node.inputs[0], "Range") if node.op_type == "Reshape" else None
+    counting = producer_of(node.inputs[0], "Range") if node.op_type == "Reshape" else None
     start, delta = (_scalar(counting.inputs[i]) for i in (0, 2)) if counting is not None else (None, None)
     if start is None or delta is None or delta != 1 or shape.count(1) != 1:
         return None
     return 1 - shape.index(1), int(start)
 
 
-def _eye(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _eye(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """Cast(i + k == j) -> EyeLike(k): jnp.eye too large to fold, seven nodes at run time (jax-md's pair mask)."""
-    equal, out = _producer(node.inputs[0], "Equal"), static_shape(node.outputs[0])
+    equal, out = producer_of(node.inputs[0], "Equal"), static_shape(node.outputs[0])
     if equal is None or len(out) != 2 or not emit.allows("EyeLike", node.outputs[0]):
         return None
     found = [_iota(v) for v in equal.inputs]
@@ -384,12 +384,12 @@ def _eye(node: ir.Node, emit: _Emitter) -> ir.Value | None:
                 attrs=(ir.AttrInt64("dtype", node.outputs[0].dtype.value), ir.AttrInt64("k", row - col)))
 
 
-def _cast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _cast(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """Cast(Cast(x, f16), f32) -> x when x holds f16 values already: the rounding the f16 results of ops
     run in f32 get (support.py) is needed after arithmetic, not after a select or a max of such values."""
     if node.inputs[0].dtype == ir.DataType.BOOL:
         return _eye(node, emit)
-    inner = _producer(node.inputs[0], "Cast")
+    inner = producer_of(node.inputs[0], "Cast")
     x = inner.inputs[0] if inner is not None else None
     narrow = node.inputs[0].dtype
     if x is None or narrow not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16) or x.dtype != node.outputs[0].dtype:
@@ -397,7 +397,7 @@ def _cast(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return x if _fits_in(x, narrow, {}) else None
 
 
-RULES: dict[str, Callable[[ir.Node, _Emitter], ir.Value | None]] = {
+RULES: dict[str, Callable[[ir.Node, Emitter], ir.Value | None]] = {
     "Pow": _pow_one, "Equal": _equal, "Not": _not, "And": _and, "Where": _where, "Add": _add,
     "ReduceSum": _reduce_sum, "ReduceMax": _merge_reduces, "ReduceMin": _merge_reduces, "Sqrt": _sqrt, "Or": _or,
     "Gemm": _gemm, "Transpose": _transpose, "Cast": _cast,
@@ -435,7 +435,7 @@ def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = 
         out = node.outputs[0]
         if static_shape(out) is None or any(v is None or static_shape(v) is None for v in node.inputs):
             continue
-        emit = _Emitter(graph, node, target, opset)
+        emit = Emitter(graph, node, target, opset)
         result = rule(node, emit)
         # A value of another shape (one the node broadcast) cannot stand in; emitted nodes left unused go with DCE.
         if result is None or static_shape(result) != static_shape(out) or result.dtype != out.dtype:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.patterns.algebra import _Emitter, _producer, _same
+from hlo2onnx.patterns.algebra import Emitter, producer_of, same_value
 from hlo2onnx.patterns.cleanup import const_array, static_shape
 
 Ranges = dict[int, tuple[int, int]]  # axis -> [start, stop) with step 1
@@ -34,7 +34,7 @@ def _ranges(node: ir.Node) -> Ranges | None:
     return ranges
 
 
-def _slice(emit: _Emitter, x: ir.Value, ranges: Ranges, like: ir.Value) -> ir.Value:
+def _slice(emit: Emitter, x: ir.Value, ranges: Ranges, like: ir.Value) -> ir.Value:
     shape = static_shape(x)
     kept = {a: r for a, r in sorted(ranges.items()) if r != (0, shape[a])}
     if not kept:
@@ -56,19 +56,19 @@ def _mode(node: ir.Node) -> str:
     return mode.as_string() if mode is not None else "constant"
 
 
-def _pads_input(emit: _Emitter, pads: np.ndarray) -> ir.Value:
+def _pads_input(emit: Emitter, pads: np.ndarray) -> ir.Value:
     """Pad's `pads` input for [rank, 2] (start, end) pairs: all starts, then all ends."""
     return emit.graph_shape(tuple(pads.T.reshape(-1).tolist()))
 
 
-def _pad(emit: _Emitter, like_node: ir.Node, x: ir.Value, pads: np.ndarray, out: ir.Value) -> ir.Value:
+def _pad(emit: Emitter, like_node: ir.Node, x: ir.Value, pads: np.ndarray, out: ir.Value) -> ir.Value:
     if not pads.any():
         return x
     value = like_node.inputs[2:3] if len(like_node.inputs) > 2 else []
     return emit("Pad", x, _pads_input(emit, pads), *value, like=out, attrs=tuple(like_node.attributes.values()))
 
 
-def _slice_of_slice(node: ir.Node, inner: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _slice_of_slice(node: ir.Node, inner: ir.Node, emit: Emitter) -> ir.Value | None:
     outer_ranges, inner_ranges = _ranges(node), _ranges(inner)
     if outer_ranges is None or inner_ranges is None:
         return None
@@ -80,7 +80,7 @@ def _slice_of_slice(node: ir.Node, inner: ir.Node, emit: _Emitter) -> ir.Value |
     return _slice(emit, inner.inputs[0], combined, node.outputs[0])
 
 
-def _slice_of_pad(node: ir.Node, pad: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _slice_of_pad(node: ir.Node, pad: ir.Node, emit: Emitter) -> ir.Value | None:
     """Slicing off padding is padding less; cutting into the data is a negative pad (constant mode only:
     edge and reflect read the border the crop would move)."""
     ranges, pads = _ranges(node), _pads(pad)
@@ -95,7 +95,7 @@ def _slice_of_pad(node: ir.Node, pad: ir.Node, emit: _Emitter) -> ir.Value | Non
     return _pad(emit, pad, pad.inputs[0], pads, node.outputs[0])
 
 
-def _slice_of_concat(node: ir.Node, concat: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _slice_of_concat(node: ir.Node, concat: ir.Node, emit: Emitter) -> ir.Value | None:
     """A slice inside one of the joined pieces slices that piece; one along the joins that keeps whole
     pieces joins just those (jax-cfd pads a row on, then slices it off again)."""
     ranges = _ranges(node)
@@ -124,7 +124,7 @@ def _slice_of_concat(node: ir.Node, concat: ir.Node, emit: _Emitter) -> ir.Value
 _INNER = {"Slice": _slice_of_slice, "Pad": _slice_of_pad, "Concat": _slice_of_concat}
 
 
-def slice_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def slice_rule(node: ir.Node, emit: Emitter) -> ir.Value | None:
     # The inner node may have other users: the replacement is one node all the same, and the inner
     # one goes once every user is rewritten.
     inner = node.inputs[0].producer()
@@ -133,7 +133,7 @@ def slice_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     return _INNER[inner.op_type](node, inner, emit)
 
 
-def _pad_of_slice(node: ir.Node, inner: ir.Node, emit: _Emitter) -> ir.Value | None:
+def _pad_of_slice(node: ir.Node, inner: ir.Node, emit: Emitter) -> ir.Value | None:
     """pad(slice(x)) -> pad(x) with the crop as negative pads, where no side is both cropped and padded
     (ONNX Pad crops first, then pads). Constant mode only: edge and reflect read the new border."""
     ranges, pads = _ranges(inner), _pads(node)
@@ -148,12 +148,12 @@ def _pad_of_slice(node: ir.Node, inner: ir.Node, emit: _Emitter) -> ir.Value | N
     return _pad(emit, node, inner.inputs[0], pads - crops, node.outputs[0])
 
 
-def pad_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def pad_rule(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """pad(pad(x)) -> one pad, when both fill with the same constant; pad(slice(x)) -> _pad_of_slice."""
-    sliced = _producer(node.inputs[0], "Slice")
+    sliced = producer_of(node.inputs[0], "Slice")
     if sliced is not None:
         return _pad_of_slice(node, sliced, emit)
-    inner = _producer(node.inputs[0], "Pad")
+    inner = producer_of(node.inputs[0], "Pad")
     if inner is None:
         return None
     outer_pads, inner_pads, mode = _pads(node), _pads(inner), _mode(node)
@@ -162,14 +162,14 @@ def pad_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
     if (outer_pads < 0).any() or (inner_pads < 0).any():
         return None
     values = [n.inputs[2] if len(n.inputs) > 2 else None for n in (node, inner)]
-    if values[0] is not values[1] and (None in values or not _same(*values)):
+    if values[0] is not values[1] and (None in values or not same_value(*values)):
         return None
     return _pad(emit, node, inner.inputs[0], outer_pads + inner_pads, node.outputs[0])
 
 
 def _tail(value: ir.Value, x: ir.Value, axis: int, at_end: bool) -> int | None:
     """k when `value` is x's last (at_end) or first k entries along `axis`, else None."""
-    sliced = _producer(value, "Slice")
+    sliced = producer_of(value, "Slice")
     ranges = _ranges(sliced) if sliced is not None and sliced.inputs[0] is x else None
     if ranges is None or set(ranges) - {axis}:
         return None
@@ -178,7 +178,7 @@ def _tail(value: ir.Value, x: ir.Value, axis: int, at_end: bool) -> int | None:
     return stop - start if (stop == size if at_end else start == 0) else None
 
 
-def concat_rule(node: ir.Node, emit: _Emitter) -> ir.Value | None:
+def concat_rule(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """concat(x[-k:], x, x[:m]) -> Pad(x, mode="wrap") (jnp.pad's wrap mode, jax-cfd's periodic boundaries)."""
     if emit.opset < 19 or (emit.target is not None and emit.target.ops is not None) or len(node.inputs) > 3:
         return None  # wrap came with Pad-19; targets with an op list may lack its modes

@@ -1,0 +1,96 @@
+"""The kit the linear-algebra rules share (linalg.py, linalg_eig.py): batched (B, rows, cols) views,
+index constants, and an ONNX Loop over the columns whose body works on whole batches."""
+from __future__ import annotations
+
+from math import prod
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from hlo2onnx.builder import Builder, graph_input
+from hlo2onnx.ops.shape import reshape_to
+from hlo2onnx.types import TensorType, set_type
+
+_INT64_MIN = np.iinfo(np.int64).min
+_I64 = TensorType((), np.dtype(np.int64))
+_BOOL = TensorType((), np.dtype(np.bool_))
+_TRANSPOSED = [0, 2, 1]
+# (loop builder, step, carried values) -> (new carried values, rows of the scan outputs)
+Body = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], Sequence[ir.Value]]]
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    if np.dtype(dtype).kind != "f":
+        raise NotImplementedError(f"{np.dtype(dtype)} matrices are not supported")
+    # f16/bf16 (only stablehlo.triangular_solve sees them) are solved in f32 and rounded once.
+    return np.dtype(dtype) if np.dtype(dtype).itemsize >= 4 else np.dtype(np.float32)
+
+
+def flat(b: Builder, x: ir.Value, ttype: TensorType, core: int, dtype: np.dtype) -> ir.Value:
+    """(batch..., *core dims) -> (B, *core dims) in the compute dtype."""
+    shape = ttype.shape
+    return reshape_to(b, b.cast(x, dtype), [prod(shape[:len(shape) - core]), *shape[len(shape) - core:]])
+
+
+def unflat(b: Builder, x: ir.Value, ttype: TensorType) -> ir.Value:
+    """The inverse of flat, for a result of type `ttype`."""
+    x = reshape_to(b, x, list(ttype.shape))
+    return x if compute_dtype(ttype.dtype) == ttype.dtype else b.cast(x, ttype.dtype)
+
+
+def iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
+    return b.const(np.arange(n, dtype=np.int64).reshape(shape))
+
+
+def loop_step(b: Builder, k: ir.Value) -> ir.Value:
+    """The loop step as a one-element index: Gather with it keeps the gathered axis."""
+    return reshape_to(b, k, [1])
+
+
+def transposed(b: Builder, x: ir.Value) -> ir.Value:
+    return b.op("Transpose", x, perm=_TRANSPOSED)
+
+
+def reversed_axes(b: Builder, x: ir.Value, axes: Sequence[int]) -> ir.Value:
+    count = len(axes)
+    return b.op("Slice", x, b.shape_const([-1] * count), b.shape_const([_INT64_MIN] * count),
+                b.shape_const(list(axes)), b.shape_const([-1] * count))
+
+
+def set_column(b: Builder, x: ir.Value, k1: ir.Value, column: ir.Value, batch: int, m: int) -> ir.Value:
+    """x[:, :, k] = column (B, m, 1): a scatter, cheaper than a full-size Where."""
+    return b.op("ScatterElements", x, b.op("Expand", k1, b.shape_const([batch, m, 1])), column, axis=2)
+
+
+def diagonal(b: Builder, x: ir.Value, m: int, n: int, dtype: np.dtype) -> ir.Value:
+    """(B, m, n) -> (B, min(m, n)); exact: every other entry of a row is replaced by zero."""
+    on_diag = b.op("Equal", iota(b, m, (m, 1)), iota(b, n, (1, n)))
+    zero = b.const(np.zeros((), dtype))
+    rows = b.op("ReduceSum", b.op("Where", on_diag, x, zero), b.shape_const([2]), keepdims=0)
+    return rows if m <= n else b.op("Slice", rows, b.shape_const([0]), b.shape_const([n]), b.shape_const([1]))
+
+
+def first_failure(b: Builder, failed: ir.Value, ttype: TensorType) -> ir.Value:
+    """LAPACK's info from a (B, k) mask of failed steps: the first one, 1-based, or 0."""
+    flags = b.cast(failed, np.int32)
+    first = b.cast(b.op("ArgMax", flags, axis=1, keepdims=0), np.int32)  # the first maximum
+    info = b.op("Mul", b.op("Add", first, b.const(np.int32(1))),
+                b.op("ReduceMax", flags, b.shape_const([1]), keepdims=0))
+    return reshape_to(b, info, list(ttype.shape))
+
+
+def loop(b: Builder, name: str, trip: int, inits: Sequence[ir.Value], types: Sequence[TensorType], body: Body,
+          row_types: Sequence[TensorType] = ()) -> list[ir.Value]:
+    """An ONNX Loop of `trip` steps carrying `inits`; scan outputs stack the rows `body` yields."""
+    sb = b.subgraph(name)
+    step, cond = graph_input(_I64), graph_input(_BOOL)
+    carried = [graph_input(t) for t in types]
+    outs, rows = body(sb, step, carried)
+    graph = sb.finish_subgraph([step, cond, *carried], [cond, *outs, *rows], [_BOOL, *types, *row_types])
+    results = b.ops("Loop", b.const(np.int64(trip)), None, *inits, body=graph,
+                    num_outputs=len(types) + len(row_types))
+    stacked = [TensorType((trip, *t.shape), t.dtype) for t in row_types]
+    for value, ttype in zip(results, [*types, *stacked]):
+        set_type(value, ttype)
+    return list(results)

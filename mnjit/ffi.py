@@ -1,0 +1,226 @@
+"""ORT inside jax.jit: an XLA FFI custom call that runs an ONNX Runtime session (csrc/ort_ffi.cc).
+
+A signature that takes this path costs jax.jit's own C++ dispatch plus ORT's run: ORT reads
+XLA's argument buffers and writes into the result buffers XLA allocated, with no Python in
+between (docs/runtime.md has the measurements). The extension is compiled on first use
+with the system's C++ compiler against the XLA FFI headers that jaxlib ships, and cached;
+without a compiler, mnjit keeps its Python path and says why in `status()`.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import numpy as np
+import onnx_ir as ir
+import onnxruntime
+
+from mnjit import runtime
+
+_SOURCE = Path(__file__).with_name("csrc") / "ort_ffi.cc"
+_TARGET_NAME = "mnjit_ort_run"
+# ONNX element types by numpy dtype; complex travels as float pairs on a trailing axis (hlo2onnx's storage).
+_ONNX_TYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.uint16): 4,
+               np.dtype(np.int16): 5, np.dtype(np.int32): 6, np.dtype(np.int64): 7, np.dtype(np.bool_): 9,
+               np.dtype(np.float16): 10, np.dtype(np.float64): 11, np.dtype(np.uint32): 12,
+               np.dtype(np.uint64): 13, np.dtype(jax.numpy.bfloat16): 16}
+_COMPLEX = {np.dtype(np.complex64): 1, np.dtype(np.complex128): 11}
+_ERROR_SIZE = 1024
+MAX_WEIGHT_BYTES = 16 << 20
+
+
+class _Library:
+    """The loaded extension, built and registered with jax once per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lib: ctypes.CDLL | None = None
+        self.reason = "not tried yet"
+
+    def get(self) -> ctypes.CDLL | None:
+        if self._lib is not None:
+            return self._lib
+        with self._lock:
+            if self._lib is None and self.reason == "not tried yet":
+                try:
+                    self._lib = _load()
+                    self.reason = "ready"
+                except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+                    self.reason = str(e)
+        return self._lib
+
+
+_LIBRARY = _Library()
+
+
+def status() -> str:
+    """'ready', or why the fast path is off (for example: no C++ compiler)."""
+    _LIBRARY.get()
+    return _LIBRARY.reason
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("MNJIT_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME")
+                                                             or os.path.expanduser("~/.cache"), "mnjit")
+    return Path(root)
+
+
+def _build() -> Path:
+    """Compiles the extension once per source, jaxlib and ORT version; concurrent builders race harmlessly."""
+    include = Path(jax.ffi.include_dir())
+    key = hashlib.sha256(_SOURCE.read_bytes() + jax.__version__.encode() + onnxruntime.__version__.encode()
+                         + sys.version.encode()).hexdigest()[:16]
+    built = _cache_dir() / f"ort_ffi-{key}.so"
+    if built.exists():
+        return built
+    built.parent.mkdir(parents=True, exist_ok=True)
+    compiler = os.environ.get("CXX", "g++")
+    with tempfile.TemporaryDirectory(dir=built.parent) as scratch:
+        partial = Path(scratch) / built.name
+        command = [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}", str(_SOURCE),
+                   "-o", str(partial), "-ldl"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        except FileNotFoundError:
+            raise RuntimeError(f"no C++ compiler ({compiler}) to build mnjit's ORT custom call") from None
+        if done.returncode != 0:
+            raise RuntimeError(f"building mnjit's ORT custom call failed: {done.stderr.strip()[-2000:]}")
+        os.replace(partial, built)  # atomic: another process sees the whole file or none
+    return built
+
+
+def _ort_library() -> str:
+    capi = Path(onnxruntime.__file__).parent / "capi"
+    found = sorted(capi.glob("libonnxruntime.so*"))
+    if not found:
+        raise RuntimeError(f"this onnxruntime ships no libonnxruntime.so in {capi}")
+    return str(found[-1])
+
+
+def _load() -> ctypes.CDLL:
+    if sys.platform != "linux":
+        raise RuntimeError("the ORT custom call is built for Linux only")
+    lib = ctypes.CDLL(str(_build()))
+    c = ctypes
+    lib.ort_ffi_init.argtypes = [c.c_char_p, c.c_char_p, c.c_size_t]
+    lib.ort_ffi_create.argtypes = [c.c_char_p, c.c_size_t, c.c_int, c.c_char_p, c.c_int64, c.c_char_p, c.c_int64,
+                                   c.POINTER(c.c_int64), c.c_char_p, c.c_size_t]
+    lib.ort_ffi_create.restype = c.c_int64
+    lib.ort_ffi_release.argtypes = [c.c_int64]
+    lib.ort_ffi_probe.argtypes = [c.c_int64, c.c_void_p, c.c_char_p, c.c_size_t]
+    lib.ort_ffi_run_options.restype = c.c_void_p
+    lib.ort_ffi_terminate.argtypes = [c.c_void_p]
+    lib.ort_ffi_release_run_options.argtypes = [c.c_void_p]
+    lib.ort_ffi_probe.restype = c.c_double
+    error = ctypes.create_string_buffer(_ERROR_SIZE)
+    if lib.ort_ffi_init(_ort_library().encode(), error, _ERROR_SIZE) != 0:
+        raise RuntimeError(f"ONNX Runtime's C API: {error.value.decode(errors='replace')}")
+    jax.ffi.register_ffi_target(_TARGET_NAME, jax.ffi.pycapsule(lib.MnjitOrtRun), platform="cpu")
+    return lib
+
+
+def _tensor_spec(aval) -> list[int] | None:
+    dtype = np.dtype(aval.dtype)
+    shape = [int(d) for d in aval.shape]
+    if dtype in _COMPLEX:
+        onnx_type, shape = _COMPLEX[dtype], shape + [2]
+    elif dtype in _ONNX_TYPES:
+        onnx_type = _ONNX_TYPES[dtype]
+    else:
+        return None
+    return [onnx_type, len(shape), *shape, int(np.prod(aval.shape, dtype=np.int64)) * dtype.itemsize]
+
+
+class FfiSession:
+    """One ORT session behind the custom call; `call` emits it inside a jax trace."""
+
+    def __init__(self, lib: ctypes.CDLL, handle: int, out_avals: Sequence) -> None:
+        self._lib, self.handle = lib, handle
+        self._results = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
+        self._call = jax.ffi.ffi_call(_TARGET_NAME, self._results)
+
+    def call(self, *leaves) -> list:
+        return list(self._call(*leaves, session=np.int64(self.handle)))
+
+    def runs_fast(self, limit: float) -> bool:
+        """Whether one run on zero-filled inputs ends within `limit` seconds.
+
+        The probe runs on a worker thread (ctypes releases the GIL) and is terminated at the limit, so it
+        costs at most `limit`, and Ctrl-C on the waiting thread ends it too.
+        """
+        lib, error = self._lib, ctypes.create_string_buffer(_ERROR_SIZE)
+        run_options = lib.ort_ffi_run_options()
+        if not run_options:
+            return False
+        finished = threading.Lock()
+        finished.acquire()
+        took: list[float] = []
+
+        def work() -> None:
+            try:
+                took.append(lib.ort_ffi_probe(self.handle, run_options, error, _ERROR_SIZE))
+            finally:
+                finished.release()
+
+        threading.Thread(target=work, name="mnjit-probe", daemon=True).start()
+        try:
+            if not finished.acquire(timeout=limit):
+                lib.ort_ffi_terminate(run_options)
+                finished.acquire()
+        except KeyboardInterrupt:
+            lib.ort_ffi_terminate(run_options)
+            finished.acquire()  # ORT checks the flag between kernels and in Loop bodies
+            raise
+        finally:
+            lib.ort_ffi_release_run_options(run_options)
+        return 0 <= took[0] <= limit
+
+    def __del__(self) -> None:
+        self._lib.ort_ffi_release(self.handle)
+
+
+def _fixed_trip_count(loop: ir.Node) -> bool:
+    """A fori_loop's Loop (constant trip count): its run time does not hang on the data, so the probe tells."""
+    trip_count = loop.inputs[0] if loop.inputs else None
+    return trip_count is not None and trip_count.const_value is not None
+
+
+def create(model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> FfiSession | None:
+    """A session for the custom call, or None where mnjit's Python path must run the model instead:
+
+    - a model with a while loop (a Loop without a constant trip count), or one whose probe run takes
+      longer than SLOW_RUN_SECONDS, keeps the Python path, whose runs Ctrl-C can end (a custom call
+      cannot be interrupted);
+    - weights above MAX_WEIGHT_BYTES stay with the Python path, which hands them to ORT without a copy
+      (this session gets them serialized);
+    - dtypes ORT has no C type for (float8, int4) stay there too.
+    """
+    lib = _LIBRARY.get()
+    specs = [_tensor_spec(a) for a in [*in_avals, *out_avals]]
+    if lib is None or any(s is None for s in specs) or not out_avals:
+        return None
+    if any(node.op_type == "Scan" or node.op_type == "Loop" and not _fixed_trip_count(node)
+           for node in model.graph.all_nodes()):
+        return None
+    weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    if weights > MAX_WEIGHT_BYTES:
+        return None
+    model_bytes = ir.to_proto(model).SerializeToString()
+    names = [[v.name.encode() for v in values] for values in (model.graph.inputs, model.graph.outputs)]
+    flat = [n for spec in specs for n in spec]
+    error = ctypes.create_string_buffer(_ERROR_SIZE)
+    handle = lib.ort_ffi_create(model_bytes, len(model_bytes), runtime.intra_op_threads(),
+                                b"\0".join(names[0]) + b"\0", len(names[0]), b"\0".join(names[1]) + b"\0",
+                                len(names[1]), (ctypes.c_int64 * len(flat))(*flat), error, _ERROR_SIZE)
+    if not handle:
+        return None  # the Python path creates its own session and reports ORT's error
+    session = FfiSession(lib, handle, out_avals)
+    return session if session.runs_fast(runtime.SLOW_RUN_SECONDS) else None
