@@ -149,6 +149,14 @@ def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_av
     return device.make_runner(target, model, in_avals, out_avals)
 
 
+def _fast_call_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> _FastCall | None:
+    """The ORT custom call for one model, or None where the Python path must run it (mnjit/ffi.py)."""
+    if target.runtime != "onnxruntime" or target.device != "cpu":
+        return None
+    session = ffi.create(model, [_physical(a) for a in in_avals], [_physical(a) for a in out_avals])
+    return _FastCall(session, in_avals, out_avals) if session is not None else None
+
+
 class _FastCall:
     """Emits one signature's ORT custom call inside jax.jit's trace, with typed keys and weak types
     restored around it (both are free there: XLA drops the no-op converts)."""
@@ -196,10 +204,10 @@ class MnjitFunction:
                                keep_unused=True)
         # The fast path: jax.jit's own C++ dispatch, whose trace runs the ONNX model as a custom call
         # (mnjit/ffi.py). Signatures it cannot take (slow runs, loops, other targets) use the Python path, and so
-        # do fallback functions (several partitions per signature) and a capped cache: jax.jit's hits are
-        # invisible to mnjit, which could not keep LRU order.
+        # does a capped cache: jax.jit's hits are invisible to mnjit, which could not keep LRU order. A fallback
+        # function's partitions all run inside that one jax.jit (mnjit/fallback.py, `fused`).
         self._fast_ok = (self._target.runtime == "onnxruntime" and self._target.device == "cpu"
-                         and max_cache_size is None and not fallback)
+                         and max_cache_size is None)
         self._dispatch = jax.jit(self._traced_call, static_argnums=self._static_argnums,
                                  static_argnames=self._static_argnames, keep_unused=True)
         # Least recently used first when capped (like XLA's compilation cache); a plain dict otherwise.
@@ -288,8 +296,10 @@ class MnjitFunction:
         lowered = self.lower(*args, **kwargs)
         self.translations += 1
         if self._fallback:
-            return _CacheEntry(lowered, lowered.traced.out_tree,
-                               functools.partial(partitioned.PartitionedRunner, lowered, _runner_for))
+            entry = _CacheEntry(lowered, lowered.traced.out_tree,
+                                functools.partial(partitioned.PartitionedRunner, lowered, _runner_for))
+            entry.fast = partitioned.fused(lowered, _fast_call_for) if fast else None
+            return entry
         in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
         out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)
         if len(lowered.model.graph.inputs) != len(in_avals):
@@ -300,8 +310,7 @@ class MnjitFunction:
         lowered.lowered = None
         entry = _CacheEntry(lowered, lowered.traced.out_tree, make_runner)
         if fast:
-            session = ffi.create(model, [_physical(a) for a in in_avals], [_physical(a) for a in out_avals])
-            entry.fast = _FastCall(session, in_avals, out_avals) if session is not None else None
+            entry.fast = _fast_call_for(target, model, in_avals, out_avals)
         return entry
 
     def clear_cache(self) -> None:

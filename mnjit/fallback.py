@@ -15,6 +15,7 @@ falls back whole: its body is not split.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 from dataclasses import dataclass, field
@@ -416,15 +417,7 @@ class PartitionedRunner:
             self.run = self.stages[0][0]  # one model, called directly: no slot bookkeeping
 
     def run(self, leaves: Sequence) -> list:
-        env = [None] * self.lowered.n_slots
-        env[:len(leaves)] = leaves
-        for slot, value in self.lowered.constants.items():
-            env[slot] = value
-        for run, in_slots, out_slots in self.stages:
-            outputs = run([env[i] for i in in_slots])
-            for slot, value in zip(out_slots, outputs):
-                env[slot] = value
-        outputs = [env[i] for i in self.lowered.out_slots]
+        outputs = _execute(self.lowered, self.stages, leaves)
         for k in self._passed_through:
             if not isinstance(outputs[k], jax.Array):
                 outputs[k] = _identity(outputs[k])
@@ -432,6 +425,40 @@ class PartitionedRunner:
 
 
 _identity = jax.jit(lambda value: value)
+
+
+def _execute(lowered: PartitionedLowered, stages: list, leaves: Sequence) -> list:
+    env = [None] * lowered.n_slots
+    env[:len(leaves)] = leaves
+    for slot, value in lowered.constants.items():
+        env[slot] = value
+    for run, in_slots, out_slots in stages:
+        outputs = run([env[i] for i in in_slots])
+        for slot, value in zip(out_slots, outputs):
+            env[slot] = value
+    return [env[i] for i in lowered.out_slots]
+
+
+def fused(lowered: PartitionedLowered, make_call: MakeRunner) -> Callable[[list], list] | None:
+    """The whole plan as one function for mnjit's fast path to trace inside jax.jit: ONNX partitions as the
+    calls `make_call` gives (ORT custom calls, mnjit/ffi.py), the rest as their own equations. One dispatch
+    runs every partition, and XLA hands buffers between them. None when some ONNX partition cannot take a
+    custom call: the plan then runs through PartitionedRunner."""
+    stages = []
+    for part in lowered.partitions:
+        if part.is_onnx:
+            call = make_call(part.target, part.conversion.model, list(part.closed.in_avals),
+                             list(part.closed.out_avals))
+            if call is None:
+                return None
+        else:
+            call = functools.partial(_inline_call, jc.jaxpr_as_fun(part.closed))
+        stages.append((call, part.in_slots, part.out_slots))
+    return functools.partial(_execute, lowered, stages)
+
+
+def _inline_call(fun: Callable, leaves: list) -> list:
+    return fun(*leaves)
 
 
 def _jitted(closed: jc.ClosedJaxpr) -> Callable[[list], list]:
