@@ -226,8 +226,11 @@ def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, 
     # (weak types included).
     fixed = [v for v in outvars if not (isinstance(v, jc.Var) and v in slots)]
     constvars = list(dict.fromkeys(v for v in fixed if isinstance(v, jc.Var)))
-    values = jax.jit(jc.jaxpr_as_fun(jc.ClosedJaxpr(
-        _jaxpr(constvars, [], fixed, [], frozenset(), f"{name}_constants"), [consts[v] for v in constvars])))()
+    # Planning may run inside mnjit's fast-path trace: evaluated eagerly, the values are arrays, not tracers
+    # that would leak into the Python path's runner.
+    with jax.ensure_compile_time_eval():
+        values = jax.jit(jc.jaxpr_as_fun(jc.ClosedJaxpr(
+            _jaxpr(constvars, [], fixed, [], frozenset(), f"{name}_constants"), [consts[v] for v in constvars])))()
     constants, out_slots, values = {}, [], iter(values)
     for v in outvars:
         if isinstance(v, jc.Var) and v in slots:

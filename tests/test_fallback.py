@@ -35,6 +35,21 @@ def chained(x):
 CALLBACK_LINE = chained.__code__.co_firstlineno + 3
 
 
+# Both ways a fallback function runs: traced whole inside mnjit's jax.jit dispatch with ONNX partitions as ORT
+# custom calls ("fast"), and partition by partition from Python ("python"; a capped cache takes that path).
+PATHS = {"fast": {}, "python": {"max_cache_size": 8}}
+
+
+def _fallback(fun, path: str = "fast", **options):
+    return mnjit(fun, fallback=True, **PATHS[path], **options)
+
+
+def _took(f, path: str) -> None:
+    """Checks that the last call of `f` ran on `path`."""
+    (entry,) = f._cache.values()
+    assert (entry.fast is not None and f._fast_ok) == (path == "fast")
+
+
 def _sessions(f, *args) -> int:
     f(*args)
     (entry,) = f._cache.values()  # the one signature called
@@ -42,9 +57,11 @@ def _sessions(f, *args) -> int:
     return entry.runner.sessions
 
 
-def test_two_regions_around_one_unsupported_op_give_two_sessions():
-    f = mnjit(chained, target="core", fallback=True)
+@pytest.mark.parametrize("path", PATHS)
+def test_two_regions_around_one_unsupported_op_give_two_sessions(path):
+    f = _fallback(chained, path, target="core")
     assert_same(f(X), jax.jit(chained)(X))
+    _took(f, path)
     lowered = f.lower(X)
     assert [p.runs_on for p in lowered.partitions] == ["core", "xla", "core"]
     assert [len(p.closed.jaxpr.eqns) for p in lowered.onnx_partitions] == [3, 3]
@@ -89,15 +106,17 @@ def test_supported_function_is_one_model():
 
 
 # -- the unsupported ops of the issue, each against jax.jit ----------------------------------------------------
-def test_debug_print_prints_as_often_as_jit(capfd):
+@pytest.mark.parametrize("path", PATHS)
+def test_debug_print_prints_as_often_as_jit(capfd, path):
     def f(x):
         y = jnp.sin(x) + 1
         jax.debug.print("y0={a}", a=y[0])
         return y * 3
 
-    g = mnjit(f, target="core", fallback=True)
+    g = _fallback(f, path, target="core")
     for _ in range(2):
         assert_same(g(X), jax.jit(f)(X))
+    _took(g, path)
     jax.effects_barrier()
     printed = capfd.readouterr().out.splitlines()
     expected = f"y0={float(jnp.sin(X[0]) + 1)!r}"[:8]
@@ -105,8 +124,9 @@ def test_debug_print_prints_as_often_as_jit(capfd):
     assert any(p.runs_on == "xla" for p in g.lower(X).partitions)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("ordered", [False, True])
-def test_io_callback_runs_as_often_and_in_order(ordered):
+def test_io_callback_runs_as_often_and_in_order(ordered, path):
     log = []
 
     def record(tag):
@@ -124,7 +144,9 @@ def test_io_callback_runs_as_often_and_in_order(ordered):
     expected = jax.jit(f)(X)
     jax.effects_barrier()
     jit_log, log[:] = list(log), []
-    assert_same(mnjit(f, target="core", fallback=True)(X), expected)
+    g = _fallback(f, path, target="core")
+    assert_same(g(X), expected)
+    _took(g, path)
     jax.effects_barrier()
     assert [tag for tag, _ in log] == [tag for tag, _ in jit_log] == ["a", "b"]
     for (_, got), (_, want) in zip(log, jit_log):
@@ -162,9 +184,11 @@ def _while(x):
     return jnp.sin(y) + i
 
 
-def test_while_loop_under_core_falls_back_whole():
-    g = mnjit(_while, target="core", fallback=True)
+@pytest.mark.parametrize("path", PATHS)
+def test_while_loop_under_core_falls_back_whole(path):
+    g = _fallback(_while, path, target="core")
     assert_same(g(X), jax.jit(_while)(X))
+    _took(g, path)
     lowered = g.lower(X)
     assert [op.primitive for op in lowered.fell_back] == ["while"]
     assert "Loop" in lowered.fell_back[0].reason
@@ -260,14 +284,15 @@ def test_control_flow_under_core(name, capfd):
     assert out.count("step") == (6 if name == "print_in_loop" else 0)
 
 
-def test_constant_and_input_outputs():
+@pytest.mark.parametrize("path", PATHS)
+def test_constant_and_input_outputs(path):
     def f(x):
         return _cos_callback(x), 1.0, x, jnp.float32(2)
 
-    assert_same(mnjit(f, target="core", fallback=True)(X), jax.jit(f)(X))
+    assert_same(_fallback(f, path, target="core")(X), jax.jit(f)(X))
     x = np.asarray(X)  # inputs handed back as outputs come back as jax arrays, as from jax.jit
-    assert_same(mnjit(f, target="core", fallback=True)(x), jax.jit(f)(x))
-    assert_same(mnjit(lambda s: (_cos_callback(s), s), target="core", fallback=True)(2.0),
+    assert_same(_fallback(f, path, target="core")(x), jax.jit(f)(x))
+    assert_same(_fallback(lambda s: (_cos_callback(s), s), path, target="core")(2.0),
                 jax.jit(lambda s: (_cos_callback(s), s))(2.0))
 
 
@@ -297,3 +322,16 @@ def test_shipped_fallback_chain(name):
     assert_same(g(X, n), jax.jit(f)(X, n))
     target = hlo2onnx.TARGETS[name]
     assert {p.runs_on for p in g.lower(X, n).partitions} <= {name, *target.fallback_chain, "xla"}
+
+
+def test_partition_without_custom_call_runs_from_python():
+    # On ort-cpu the while loop is an ONNX Loop without a fixed trip count, which the custom call refuses
+    # (Ctrl-C could not end it): the plan, made inside the fast path's trace, runs partition by partition.
+    def f(x):
+        return _cos_callback(_while(x)), 1.0, jnp.arange(3)
+
+    g = mnjit(f, fallback=True)
+    assert_same(g(X), jax.jit(f)(X))
+    assert_same(g(X + 1), jax.jit(f)(X + 1))
+    (entry,) = g._cache.values()
+    assert entry.fast is None and any(p.runs_on == "ort-cpu" for p in entry.lowered.partitions)
