@@ -36,7 +36,8 @@ CASES = [
     ("uint32", lambda x: x ^ np.uint32(0xFFFF0000), (np.arange(5, dtype=np.uint32),)),
     ("scalar_weak", lambda x: x * 2, (3.0,)),
     ("zero_size", lambda x: x + 1, (np.zeros((0, 3), np.float32),)),
-    ("pytree", lambda d: {"s": d["a"] + d["b"], "p": (d["a"] * d["b"],)}, ({"a": rand((2,)), "b": rand((2,), seed=2)},)),
+    ("pytree", lambda d: {"s": d["a"] + d["b"], "p": (d["a"] * d["b"],)},
+     ({"a": rand((2,)), "b": rand((2,), seed=2)},)),
     ("many_outputs", lambda x: tuple(x + i for i in range(20)), (rand((2,)),)),
 ]
 

@@ -1,0 +1,27 @@
+"""Every registered rule is exercised by some test case that compares it with jax.jit."""
+from __future__ import annotations
+
+from case_tables import cases, lowered_text, ops_in
+from hlo2onnx.registry import COMPLEX_RULES, CUSTOM_CALLS, RULES
+
+# Registered for completeness but never in jax's CPU lowering of a test case, each with the test that
+# covers it another way.
+ELSEWHERE = {
+    **{op: "test_other_producers.py::test_symbolic_shapes (jax.export with a symbolic batch)"
+       for op in ("stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape", "stablehlo.get_dimension_size",
+                  "custom_call @shape_assertion")},
+}
+
+
+def test_every_registered_rule_is_exercised():
+    wanted = ({op for op in RULES if op != "stablehlo.custom_call"} | {f"custom_call @{t}" for t in CUSTOM_CALLS}
+              | {f"complex {op}" for op in COMPLEX_RULES}) - set(ELSEWHERE)
+    covered: set[str] = set()
+    for case in cases():
+        text = lowered_text(case)
+        if text is None:
+            continue
+        covered |= ops_in(text)
+        if wanted <= covered:
+            break
+    assert not wanted - covered, f"rules no test case exercises: {sorted(wanted - covered)}"
