@@ -335,3 +335,17 @@ def test_partition_without_custom_call_runs_from_python():
     assert_same(g(X + 1), jax.jit(f)(X + 1))
     (entry,) = g._cache.values()
     assert entry.fast is None and any(p.runs_on == "ort-cpu" for p in entry.lowered.partitions)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_pytrees_static_arguments_and_cache(path):
+    def f(params, x, *, scale):
+        y = jnp.tanh(x @ params["w"] + params["b"]) * scale
+        return {"out": _cos_callback(y) + params["b"], "aux": (y.sum(), scale)}
+
+    params = {"w": jnp.asarray(rand((5, 4), seed=5)), "b": jnp.asarray(rand((4,), seed=6))}
+    g = _fallback(f, path, static_argnames="scale", target="core")
+    want = jax.jit(f, static_argnames="scale")
+    for scale in (2.0, 2.0, 3.0):
+        assert_same(g(params, X, scale=scale), want(params, X, scale=scale))
+    assert g.translations == 2
