@@ -166,17 +166,23 @@ def test_pure_callback_under_vmap():
     assert_same(mnjit(g, target="core", fallback=True)(m), jax.jit(g)(m))
 
 
-def test_eig_falls_back():
-    def f(m):
-        w, v = jnp.linalg.eig(m)
-        return jnp.sort(jnp.abs(w)) * 2 + jnp.sum(m), jnp.abs(v).sum()
+def _eig(m):
+    w, v = jnp.linalg.eig(m)
+    return jnp.sort(jnp.abs(w)) * 2 + jnp.sum(m), jnp.abs(v).sum()
 
+
+EIG_LINE = _eig.__code__.co_firstlineno + 1
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "core"])
+def test_eig_falls_back(target):
     m = jnp.asarray(rand((4, 4), seed=3))
-    g = mnjit(f, fallback=True)  # ort-cpu: eig's LAPACK call has no ONNX translation
-    assert_same(g(m), jax.jit(f)(m), tol=(1e-5, 1e-5))
+    g = mnjit(_eig, target=target, fallback=True)  # eig's LAPACK call has no ONNX translation
+    assert_same(g(m), jax.jit(_eig)(m), tol=(1e-5, 1e-5))
     lowered = g.lower(m)
-    assert "eig" in " ".join(op.primitive for op in lowered.fell_back)
+    assert "eig" in [op.primitive for op in lowered.fell_back]
     assert lowered.onnx_partitions
+    assert f"fell back: eig at {__file__}:{EIG_LINE}" in lowered.report()
 
 
 def _while(x):
