@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import heapq
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -267,7 +268,9 @@ def _inline(closed: jc.ClosedJaxpr) -> tuple[dict, list, list]:
     consts: dict[jc.Var, Any] = dict(zip(closed.jaxpr.constvars, closed.consts))
     eqns: list = []
 
-    def walk(jaxpr: jc.Jaxpr, env: dict) -> list:
+    def walk(jaxpr: jc.Jaxpr, env: dict, caller=None) -> list:
+        """`caller`: the source info of the innermost call being inlined that names a user line. A body
+        traced inside jax (jnp.sort is jitted) has only jax's frames; its equations take the call's."""
         def read(v):
             return env.get(v, v) if isinstance(v, jc.Var) else v
 
@@ -275,13 +278,14 @@ def _inline(closed: jc.ClosedJaxpr) -> tuple[dict, list, list]:
             invars = [read(v) for v in eqn.invars]
             key = _INLINE.get(eqn.primitive.name)
             body = eqn.params.get(key) if key else None
+            user_line = _where(eqn) is not None
             if isinstance(body, jc.ClosedJaxpr):
                 inner = {}
                 for var, value in zip(body.jaxpr.constvars, body.consts):
                     inner[var] = jc.Var(var.aval)
                     consts[inner[var]] = value
                 inner.update(zip(body.jaxpr.invars, invars))
-                for out, result in zip(eqn.outvars, walk(body.jaxpr, inner)):
+                for out, result in zip(eqn.outvars, walk(body.jaxpr, inner, eqn.source_info if user_line else caller)):
                     env[out] = result
                 continue
             outvars = []
@@ -289,7 +293,8 @@ def _inline(closed: jc.ClosedJaxpr) -> tuple[dict, list, list]:
                 if not isinstance(v, jc.DropVar):
                     env[v] = jc.Var(v.aval)
                 outvars.append(env.get(v, v))
-            eqns.append(eqn.replace(invars=invars, outvars=outvars))
+            source = eqn.source_info if user_line or caller is None else caller
+            eqns.append(eqn.replace(invars=invars, outvars=outvars, source_info=source))
         return [read(v) for v in jaxpr.outvars]
 
     top = {v: v for v in closed.jaxpr.invars}
@@ -343,6 +348,7 @@ def schedule(eqns: Sequence, placements: Sequence[int]) -> list[int]:
 # the entry keeps its target alive, so the id is never reused for another one.
 _verdicts: dict[int, tuple[hlo2onnx.Target, dict[Any, str | None]]] = {}
 _MAX_VERDICTS = 4096
+_LOCATION = re.compile(r" \(at [^)]*\)| at \S+:\d+")
 
 
 def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
@@ -366,8 +372,10 @@ def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
         _translate(single, target, opset, eqn.primitive.name)
         verdict = None
     except Exception as e:  # fallback's promise is that the program runs; the reason goes in the report
-        verdict = str(e).split("; ")[0] or type(e).__name__  # the first clause: the advice that follows is
-        # about the strict mode (run that part outside), which fallback does for the user
+        # The first clause: the advice that follows is about the strict mode (run that part outside), which
+        # fallback does for the user. Locations are dropped: the verdict is shared by every equation of its
+        # key, and each FallbackOp names its own line.
+        verdict = _LOCATION.sub("", str(e).split("; ")[0]) or type(e).__name__
     if key is not None:
         verdicts[key] = verdict
     return verdict
