@@ -7,8 +7,13 @@ inlined, each equation is classified by translating it alone (cached by
 primitive, params and avals), and the equations are scheduled so that runs of
 the same placement are as long as the data dependencies allow. Each run becomes
 one partition: an ONNX model on the target (or on a target of its fallback
-chain), or a jax.jit of the run's sub-jaxpr. Partitions hand each other jax
-arrays, which both ORT's runners and jax.jit take and return without copies.
+chain), or the run's sub-jaxpr for XLA.
+
+Two ways to run a plan: `fused` traces all of it inside mnjit's fast-path
+jax.jit, ONNX partitions as ORT custom calls (one dispatch per call, XLA hands
+the buffers over); `PartitionedRunner` calls each partition from Python (ORT's
+runners and jax.jit take and return jax arrays, so nothing is copied there
+either). docs/fallback.md has the design and measurements.
 
 A higher-order equation (while, cond, scan) whose body holds an unsupported op
 falls back whole: its body is not split.
