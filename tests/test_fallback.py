@@ -203,22 +203,36 @@ def test_while_loop_under_core_falls_back_whole(path):
     assert "Loop" in lowered.fell_back[0].reason
 
 
-def test_fallback_chain_runs_refused_part_on_the_next_target():
-    # A target naming another to run what it refuses (openvino-cpu names ort-cpu). Where Target has no
-    # such field yet, a subclass adds it.
+def _core_with_chain(chain: tuple[str, ...]) -> hlo2onnx.Target:
+    """core naming `chain` to run what it refuses (openvino-cpu names ort-cpu). Where Target has no such
+    field yet, a subclass adds it."""
     if "fallback_chain" in {f.name for f in dataclasses.fields(hlo2onnx.Target)}:
-        chained_core = dataclasses.replace(targets.CORE, fallback_chain=("ort-cpu",))
-    else:
-        @dataclasses.dataclass(frozen=True)
-        class Chained(hlo2onnx.Target):
-            fallback_chain: tuple[str, ...] = ()
+        return dataclasses.replace(targets.CORE, fallback_chain=chain)
 
-        fields = {f.name: getattr(targets.CORE, f.name) for f in dataclasses.fields(targets.CORE)}
-        chained_core = Chained(**fields, fallback_chain=("ort-cpu",))
-    g = mnjit(_while, target=chained_core, fallback=True)
+    @dataclasses.dataclass(frozen=True)
+    class Chained(hlo2onnx.Target):
+        fallback_chain: tuple[str, ...] = ()
+
+    fields = {f.name: getattr(targets.CORE, f.name) for f in dataclasses.fields(targets.CORE)}
+    return Chained(**fields, fallback_chain=chain)
+
+
+def test_fallback_chain_runs_refused_part_on_the_next_target():
+    g = mnjit(_while, target=_core_with_chain(("ort-cpu",)), fallback=True)
     assert_same(g(X), jax.jit(_while)(X))
     runs_on = [p.runs_on for p in g.lower(X).partitions]
     assert "ort-cpu" in runs_on and "xla" not in runs_on
+
+
+def test_fallback_chain_skips_a_target_this_machine_lacks():
+    try:
+        device.require(targets.ORT_CUDA)
+        pytest.skip("this machine runs ort-cuda")
+    except device.TargetUnavailableError:
+        pass
+    g = mnjit(_while, target=_core_with_chain(("ort-cuda",)), fallback=True)
+    assert_same(g(X), jax.jit(_while)(X))
+    assert [p.runs_on for p in g.lower(X).partitions] == ["core", "xla", "core"]
 
 
 # -- composition -------------------------------------------------------------------------------------------------
