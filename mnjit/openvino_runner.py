@@ -1,0 +1,135 @@
+"""Runs an ONNX model on OpenVINO's CPU plugin with jax/numpy leaves in and jax.Arrays out.
+
+The model is read through OpenVINO's ONNX frontend and compiled once per signature with the f32
+precision hint: without it, CPUs with avx512_bf16 compute f32 models in bf16 (errors of 1e-3 to
+1e-1, docs/runtime.md). Inputs are wrapped as OpenVINO tensors over the caller's buffers (no copy);
+outputs are copied once out of the infer request's buffers, which the next run overwrites.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+import jax
+import ml_dtypes
+import numpy as np
+import openvino as ov
+
+from mnjit.runtime import complex_as_pairs, pairs_as_complex
+
+_BOOL = np.dtype(np.bool_)
+_COMPLEX64 = np.dtype(np.complex64)
+# numpy dtypes OpenVINO tensors take directly; bf16 goes through a uint16 view typed as bf16.
+_OV_TYPES = {np.dtype(n): t for n, t in (
+    ("bool", ov.Type.boolean), ("int8", ov.Type.i8), ("int16", ov.Type.i16), ("int32", ov.Type.i32),
+    ("int64", ov.Type.i64), ("uint8", ov.Type.u8), ("uint16", ov.Type.u16), ("uint32", ov.Type.u32),
+    ("uint64", ov.Type.u64), ("float16", ov.Type.f16), ("float32", ov.Type.f32), ("float64", ov.Type.f64))}
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_OV_TYPES[_BF16] = ov.Type.bf16
+_STORAGE = {_COMPLEX64: np.dtype(np.float32)}  # complex crosses as (real, imag) float pairs
+
+# Compile settings (docs/runtime.md, OpenVINO section): f32 is mandatory for correctness; LATENCY runs one
+# stream, so a call uses all the plugin's threads (THROUGHPUT splits them across streams for parallel
+# requests that mnjit does not make); pinning is off because the cores are shared with jax and other work.
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": "NO"}
+
+_core: list[ov.Core] = []
+_core_lock = threading.Lock()
+
+
+def core() -> ov.Core:
+    """The process's one OpenVINO Core (its plugins and thread pools are shared by every compiled model)."""
+    with _core_lock:
+        if not _core:
+            _core.append(ov.Core())
+        return _core[0]
+
+
+class OpenVinoRunner:
+    """One compiled OpenVINO model; `run` takes flat jax/numpy leaves and returns flat jax.Arrays."""
+
+    def __init__(self, model_bytes: bytes, in_avals: Sequence, out_avals: Sequence):
+        self.in_dtypes = [np.dtype(a.dtype) for a in in_avals]
+        self.out_avals = list(out_avals)
+        for dtype in {*self.in_dtypes, *(np.dtype(a.dtype) for a in self.out_avals)}:
+            if dtype not in _OV_TYPES and dtype not in _STORAGE:
+                raise TypeError(f"OpenVINO runner: dtype {dtype} cannot cross into OpenVINO")
+        model = core().read_model(model_bytes)
+        if len(model.inputs) != len(in_avals) or len(model.outputs) != len(out_avals):
+            raise ValueError(f"OpenVINO model has {len(model.inputs)} inputs and {len(model.outputs)} outputs, "
+                             f"the signature {len(in_avals)} and {len(out_avals)}")
+        self.compiled = core().compile_model(model, "CPU", COMPILE_CONFIG)
+        self._out_dtypes = [np.dtype(a.dtype) for a in self.out_avals]
+        self._out_shapes = [tuple(a.shape) for a in self.out_avals]
+        self._weak = [i for i, a in enumerate(self.out_avals) if getattr(a, "weak_type", False)]
+        self._device = jax.devices("cpu")[0]
+        self._request = self.compiled.create_infer_request()
+        self._lock = threading.Lock()  # the shared request serves one call at a time
+
+    def run(self, leaves: Sequence) -> list[jax.Array]:
+        tensors = [self._tensor(leaf, dtype) for leaf, dtype in zip(leaves, self.in_dtypes)]
+        if self._lock.acquire(blocking=False):
+            try:
+                return self._infer(self._request, tensors)
+            finally:
+                self._lock.release()
+        # Another thread is running the shared request: a request of our own (OpenVINO runs them concurrently).
+        return self._infer(self.compiled.create_infer_request(), tensors)
+
+    def _tensor(self, leaf, dtype: np.dtype) -> ov.Tensor:
+        # np.asarray of a CPU jax.Array is a view of its buffer (after jax finishes computing it); numpy
+        # leaves may need jax's dtype canonicalization (int64 -> int32 without x64): a view when dtypes agree.
+        array = np.ascontiguousarray(np.asarray(leaf, dtype=dtype))
+        if dtype in _STORAGE:
+            array = complex_as_pairs(array)
+        elif dtype == _BF16:
+            return ov.Tensor(array.view(np.uint16), array.shape, ov.Type.bf16)
+        if not array.flags.writeable:
+            # OpenVINO shares only writable buffers; it never writes inputs, so a writable view is safe.
+            array = _writable_view(array)
+        return ov.Tensor(array, shared_memory=True)
+
+    def _infer(self, request: ov.InferRequest, tensors: list[ov.Tensor]) -> list[jax.Array]:
+        for i, tensor in enumerate(tensors):
+            request.set_input_tensor(i, tensor)
+        request.infer()
+        outputs = []
+        for i, (dtype, shape) in enumerate(zip(self._out_dtypes, self._out_shapes)):
+            if 0 in shape:  # OpenVINO reports 0-size outputs as shape []; they hold no data anyway
+                outputs.append(jax.device_put(np.empty(shape, dtype), self._device))
+                continue
+            data = request.get_output_tensor(i).data  # a view of the request's buffer, reused next run
+            if dtype in _STORAGE:
+                data = pairs_as_complex(data, dtype)
+            elif dtype == _BF16:
+                data = data.view(_BF16)
+            if data.dtype != dtype or data.shape != shape:
+                raise RuntimeError(f"OpenVINO output {i} is {data.dtype}{list(data.shape)}, "
+                                   f"expected {dtype}{list(shape)}")
+            # may_alias=False: jax would alias an aligned buffer, and the request's is overwritten next run.
+            outputs.append(jax.device_put(data, self._device, may_alias=False))
+        for i in self._weak:
+            outputs[i] = _mark_weak(outputs[i])
+        return outputs
+
+
+def _writable_view(array: np.ndarray) -> np.ndarray:
+    """A writable ndarray over a read-only array's memory: OpenVINO shares only writable buffers, and
+    never writes its inputs. The view keeps `array` (and so the jax buffer behind it) alive."""
+    return np.asarray(_Writable(array))
+
+
+class _Writable:
+    """A read-only array's buffer, described through the array interface as writable."""
+
+    def __init__(self, array: np.ndarray):
+        self._array = array
+        interface = dict(array.__array_interface__)
+        interface["data"] = (interface["data"][0], False)
+        self.__array_interface__ = interface
+
+
+def _mark_weak(array: jax.Array) -> jax.Array:
+    from jax._src.lax import lax as lax_internal  # no public way to set weak_type
+
+    return lax_internal._convert_element_type(array, weak_type=True)
