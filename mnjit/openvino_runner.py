@@ -13,6 +13,7 @@ from typing import Sequence
 import jax
 import ml_dtypes
 import numpy as np
+import onnx
 import openvino as ov
 
 from mnjit.runtime import complex_as_pairs, pairs_as_complex
@@ -54,7 +55,7 @@ class OpenVinoRunner:
         for dtype in {*self.in_dtypes, *(np.dtype(a.dtype) for a in self.out_avals)}:
             if dtype not in _OV_TYPES and dtype not in _STORAGE:
                 raise TypeError(f"OpenVINO runner: dtype {dtype} cannot cross into OpenVINO")
-        model = core().read_model(model_bytes)
+        model = core().read_model(_scalar_reshapes_as_squeeze(model_bytes))
         if len(model.inputs) != len(in_avals) or len(model.outputs) != len(out_avals):
             raise ValueError(f"OpenVINO model has {len(model.inputs)} inputs and {len(model.outputs)} outputs, "
                              f"the signature {len(in_avals)} and {len(out_avals)}")
@@ -79,7 +80,7 @@ class OpenVinoRunner:
     def _tensor(self, leaf, dtype: np.dtype) -> ov.Tensor:
         # np.asarray of a CPU jax.Array is a view of its buffer (after jax finishes computing it); numpy
         # leaves may need jax's dtype canonicalization (int64 -> int32 without x64): a view when dtypes agree.
-        array = np.ascontiguousarray(np.asarray(leaf, dtype=dtype))
+        array = np.require(np.asarray(leaf, dtype=dtype), requirements="C")  # ascontiguousarray makes 0-d 1-d
         if dtype in _STORAGE:
             array = complex_as_pairs(array)
         elif dtype == _BF16:
@@ -111,6 +112,37 @@ class OpenVinoRunner:
         for i in self._weak:
             outputs[i] = _mark_weak(outputs[i])
         return outputs
+
+
+def _scalar_reshapes_as_squeeze(model_bytes: bytes) -> bytes:
+    """The model with every Reshape to a scalar (an empty shape constant) written as Squeeze.
+
+    OpenVINO 2026.4's CPU plugin crashes the process (segfault in compile_model) on MatMul followed by a
+    Reshape to [] (measured; Reshape alone and Squeeze compile). A reshape to [] has a size-1 input, so
+    Squeeze with no axes (drop every size-1 axis) is the same op.
+    """
+    model = onnx.load_from_string(model_bytes)
+    changed = _rewrite_graph(model.graph)
+    return model.SerializeToString() if changed else model_bytes
+
+
+def _rewrite_graph(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:
+    """`outer`: empty constants of enclosing graphs, which Loop/If bodies can read by name."""
+    empty = set(outer) | {t.name for t in graph.initializer if list(t.dims) == [0]}
+    empty |= {n.output[0] for n in graph.node if n.op_type == "Constant" and any(
+        a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
+    changed = False
+    for node in graph.node:
+        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and len(node.input) == 2 \
+                and node.input[1] in empty:
+            node.op_type = "Squeeze"
+            del node.input[1]
+            del node.attribute[:]  # Reshape's allowzero means nothing to Squeeze
+            changed = True
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                changed |= _rewrite_graph(sub, frozenset(empty))
+    return changed
 
 
 def _writable_view(array: np.ndarray) -> np.ndarray:
