@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import openvino as ov
 
-from mnjit.runtime import complex_as_pairs, pairs_as_complex
+from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
 _BOOL = np.dtype(np.bool_)
 _COMPLEX64 = np.dtype(np.complex64)
@@ -107,8 +107,8 @@ class OpenVinoRunner:
             if data.dtype != dtype or data.shape != shape:
                 raise RuntimeError(f"OpenVINO output {i} is {data.dtype}{list(data.shape)}, "
                                    f"expected {dtype}{list(shape)}")
-            # may_alias=False: jax would alias an aligned buffer, and the request's is overwritten next run.
-            outputs.append(jax.device_put(data, self._device, may_alias=False))
+            # The one copy: the request's buffer is overwritten by the next run (jax would alias it if aligned).
+            outputs.append(host_to_jax(np.array(data), self._device))
         for i in self._weak:
             outputs[i] = _mark_weak(outputs[i])
         return outputs
