@@ -176,7 +176,10 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
 
 
 def _kernel_key(node: ir.Node) -> str:
-    """The op's key in a kernel table: Pad and the scatters differ by mode or reduction (`ScatterND:add`)."""
+    """The op's key in a `wrong` table: Pad and the scatters differ by mode or reduction (`ScatterND:add`),
+    casts by the dtype they make (`Cast:int64`)."""
+    if node.op_type == "Cast" and node.outputs[0].dtype is not None:  # keyed by the dtype it makes
+        return f"Cast:{np.dtype(node.outputs[0].dtype.numpy()).name}"
     attr = node.attributes.get("mode" if node.op_type == "Pad" else "reduction")
     if node.op_type in ("Pad", "ScatterND", "ScatterElements") and attr is not None:
         return f"{node.op_type}:{attr.value}"

@@ -12,6 +12,7 @@ f32 precision hint; tests/test_openvino.py re-checks the refusals and runs the o
   left saturates too; integer MatMul is computed in f32; int32 and uint32 ReduceSum, ReduceMax/Min, Div
   and Mod go through f32 (2**31 - 1 loses its low bits); uint32 Abs, Max, Min, comparisons and right
   shifts treat it as int32. int16/uint16 reductions and unsigned Neg are refused by OpenVINO itself.
+- Casts keyed by target type (`Cast:int64`) since their kernel dtype is the input's.
 - Pad(mode=wrap) is refused by OpenVINO. The translator only emits constant Pads; the entry guards
   models from elsewhere checked against this target.
 """
@@ -35,7 +36,12 @@ _COMPUTE = """
     ScatterElements:min ScatterElements:max
 """.split()
 
-_WRONG: dict[str, str] = {op: _WIDE for op in _COMPUTE}
+# Clamps and comparisons of int64 index values stay exact: the values come from int32 data or array
+# sizes (64-bit data is refused at the model's boundary, and every op that could make a large int64
+# value is in the table), so narrowing them to int32 changes nothing. The op tables' gathers, scatters
+# and dynamic slices clamp their indices this way.
+_INDEX_SAFE = {"Max", "Min", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"}
+_WRONG: dict[str, str] = {op: _WIDE if op not in _INDEX_SAFE else "uint64" for op in _COMPUTE}
 for _ops, _spec in (
         ("Add Sub Mul Neg Abs", _NARROW_INTS),
         ("MatMul Gemm", "int8 uint8 int16 uint16 int32 uint32"),
@@ -44,6 +50,7 @@ for _ops, _spec in (
         ("BitShift", "uint8 uint16 uint32"),
         ("ReduceSum ReduceProd ReduceMax ReduceMin", "int16 uint16"),
         ("Neg", "uint8 uint16 uint32"),
+        ("Cast:int64", "float16 bfloat16 float32 float64"),  # float -> int64 makes values past int32
         ("Pad:wrap", "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"),
 ):
     for _op in _ops.split():

@@ -55,11 +55,26 @@ class OpenVinoRunner:
         for dtype in {*self.in_dtypes, *(np.dtype(a.dtype) for a in self.out_avals)}:
             if dtype not in _OV_TYPES and dtype not in _STORAGE:
                 raise TypeError(f"OpenVINO runner: dtype {dtype} cannot cross into OpenVINO")
-        model = core().read_model(_scalar_reshapes_as_squeeze(model_bytes))
-        if len(model.inputs) != len(in_avals) or len(model.outputs) != len(out_avals):
-            raise ValueError(f"OpenVINO model has {len(model.inputs)} inputs and {len(model.outputs)} outputs, "
+        proto = onnx.load_from_string(model_bytes)
+        onnx_inputs = [v.name for v in proto.graph.input]
+        onnx_outputs = [v.name for v in proto.graph.output]
+        if len(onnx_inputs) != len(in_avals) or len(onnx_outputs) != len(out_avals):
+            raise ValueError(f"ONNX model has {len(onnx_inputs)} inputs and {len(onnx_outputs)} outputs, "
                              f"the signature {len(in_avals)} and {len(out_avals)}")
+        if _scalar_reshapes_as_squeeze(proto.graph):
+            model_bytes = proto.SerializeToString()
+        model = core().read_model(model_bytes)
+        # OpenVINO drops inputs no node reads: leaves are matched to the inputs it kept by name.
+        position = {name: i for i, name in enumerate(onnx_inputs)}
+        self._feeds = [position[_name(port, position)] for port in model.inputs]
         self.compiled = core().compile_model(model, "CPU", COMPILE_CONFIG)
+        ports = {}
+        for k, port in enumerate(self.compiled.outputs):
+            ports.update(dict.fromkeys(port.get_names(), k))
+        missing = [name for name in onnx_outputs if name not in ports]
+        if missing:
+            raise ValueError(f"OpenVINO's compiled model lacks the ONNX outputs {missing}")
+        self._fetch = [ports[name] for name in onnx_outputs]
         self._out_dtypes = [np.dtype(a.dtype) for a in self.out_avals]
         self._out_shapes = [tuple(a.shape) for a in self.out_avals]
         self._weak = [i for i, a in enumerate(self.out_avals) if getattr(a, "weak_type", False)]
@@ -68,7 +83,7 @@ class OpenVinoRunner:
         self._lock = threading.Lock()  # the shared request serves one call at a time
 
     def run(self, leaves: Sequence) -> list[jax.Array]:
-        tensors = [self._tensor(leaf, dtype) for leaf, dtype in zip(leaves, self.in_dtypes)]
+        tensors = [self._tensor(leaves[i], self.in_dtypes[i]) for i in self._feeds]
         if self._lock.acquire(blocking=False):
             try:
                 return self._infer(self._request, tensors)
@@ -99,7 +114,7 @@ class OpenVinoRunner:
             if 0 in shape:  # OpenVINO reports 0-size outputs as shape []; they hold no data anyway
                 outputs.append(jax.device_put(np.empty(shape, dtype), self._device))
                 continue
-            data = request.get_output_tensor(i).data  # a view of the request's buffer, reused next run
+            data = request.get_output_tensor(self._fetch[i]).data  # a view of the request's buffer, reused next run
             if dtype in _STORAGE:
                 data = pairs_as_complex(data, dtype)
             elif dtype == _BF16:
@@ -114,20 +129,21 @@ class OpenVinoRunner:
         return outputs
 
 
-def _scalar_reshapes_as_squeeze(model_bytes: bytes) -> bytes:
-    """The model with every Reshape to a scalar (an empty shape constant) written as Squeeze.
+def _name(port, known: dict[str, int]) -> str:
+    names = port.get_names() & known.keys()
+    if len(names) != 1:
+        raise ValueError(f"OpenVINO port {port} matches {sorted(names)} of the ONNX names")
+    return names.pop()
+
+
+def _scalar_reshapes_as_squeeze(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:
+    """Rewrites every Reshape to a scalar (an empty shape constant) in `graph` as Squeeze; True if any.
 
     OpenVINO 2026.4's CPU plugin crashes the process (segfault in compile_model) on MatMul followed by a
     Reshape to [] (measured; Reshape alone and Squeeze compile). A reshape to [] has a size-1 input, so
-    Squeeze with no axes (drop every size-1 axis) is the same op.
+    Squeeze with no axes (drop every size-1 axis) is the same op. `outer`: empty constants of enclosing
+    graphs, which Loop/If bodies can read by name.
     """
-    model = onnx.load_from_string(model_bytes)
-    changed = _rewrite_graph(model.graph)
-    return model.SerializeToString() if changed else model_bytes
-
-
-def _rewrite_graph(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:
-    """`outer`: empty constants of enclosing graphs, which Loop/If bodies can read by name."""
     empty = set(outer) | {t.name for t in graph.initializer if list(t.dims) == [0]}
     empty |= {n.output[0] for n in graph.node if n.op_type == "Constant" and any(
         a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
@@ -141,7 +157,7 @@ def _rewrite_graph(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) 
             changed = True
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                changed |= _rewrite_graph(sub, frozenset(empty))
+                changed |= _scalar_reshapes_as_squeeze(sub, frozenset(empty))
     return changed
 
 
