@@ -12,6 +12,9 @@ f32 precision hint; tests/test_openvino.py re-checks the refusals and runs the o
   left saturates too; integer MatMul is computed in f32; int32 and uint32 ReduceSum, ReduceMax/Min, Div
   and Mod go through f32 (2**31 - 1 loses its low bits); uint32 Abs, Max, Min, comparisons and right
   shifts treat it as int32. int16/uint16 reductions and unsigned Neg are refused by OpenVINO itself.
+- Pad on int32/uint32 converts its pad value through f32 (cummin's INT32_MAX padding became INT32_MIN).
+- TopK does not put equal values in index order (ONNX asks for it; XLA's stable sort needs it), so a
+  TopK whose indices are read (argsort, sorts with payloads) is refused; a values-only TopK is exact.
 - Casts keyed by target type (`Cast:int64`) since their kernel dtype is the input's.
 - Pad(mode=wrap) is refused by OpenVINO. The translator only emits constant Pads; the entry guards
   models from elsewhere checked against this target.
@@ -50,7 +53,9 @@ for _ops, _spec in (
         ("BitShift", "uint8 uint16 uint32"),
         ("ReduceSum ReduceProd ReduceMax ReduceMin", "int16 uint16"),
         ("Neg", "uint8 uint16 uint32"),
-        ("Cast:int64", "float16 bfloat16 float32 float64"),  # float -> int64 makes values past int32
+        ("Cast:int64", "float16 bfloat16 float32 float64"),
+        ("Pad", "int32 uint32"),  # the pad value goes through f32: INT32_MAX comes back as INT32_MIN
+        ("TopK:indices", "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"),  # float -> int64 makes values past int32
         ("Pad:wrap", "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"),
 ):
     for _op in _ops.split():
