@@ -46,6 +46,16 @@ def core() -> ov.Core:
         return _core[0]
 
 
+class OpenVinoCompileError(RuntimeError):
+    """OpenVINO refused a model that the target's op table let through (an OpenVINO limitation)."""
+
+
+def _first_line(error: Exception) -> str:
+    # OpenVINO's messages start with lines of source locations; the check that failed is the last one.
+    lines = [line for line in str(error).splitlines() if line.strip() and not line.startswith("Exception from")]
+    return lines[-1] if lines else str(error)
+
+
 class OpenVinoRunner:
     """One compiled OpenVINO model; `run` takes flat jax/numpy leaves and returns flat jax.Arrays."""
 
@@ -63,11 +73,17 @@ class OpenVinoRunner:
                              f"the signature {len(in_avals)} and {len(out_avals)}")
         if _scalar_reshapes_as_squeeze(proto.graph):
             model_bytes = proto.SerializeToString()
-        model = core().read_model(model_bytes)
+        try:
+            model = core().read_model(model_bytes)
+        except RuntimeError as e:
+            raise OpenVinoCompileError(f"OpenVINO's ONNX frontend refused the model: {_first_line(e)}") from e
         # OpenVINO drops inputs no node reads: leaves are matched to the inputs it kept by name.
         position = {name: i for i, name in enumerate(onnx_inputs)}
         self._feeds = [position[_name(port, position)] for port in model.inputs]
-        self.compiled = core().compile_model(model, "CPU", COMPILE_CONFIG)
+        try:
+            self.compiled = core().compile_model(model, "CPU", COMPILE_CONFIG)
+        except RuntimeError as e:
+            raise OpenVinoCompileError(f"OpenVINO's CPU plugin could not compile the model: {_first_line(e)}") from e
         ports = {}
         for k, port in enumerate(self.compiled.outputs):
             ports.update(dict.fromkeys(port.get_names(), k))
