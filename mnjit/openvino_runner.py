@@ -71,6 +71,7 @@ class OpenVinoRunner:
         if len(onnx_inputs) != len(in_avals) or len(onnx_outputs) != len(out_avals):
             raise ValueError(f"ONNX model has {len(onnx_inputs)} inputs and {len(onnx_outputs)} outputs, "
                              f"the signature {len(in_avals)} and {len(out_avals)}")
+        _refuse_empty_convolutions(proto)
         if _scalar_reshapes_as_squeeze(proto.graph):
             model_bytes = proto.SerializeToString()
         try:
@@ -135,6 +136,8 @@ class OpenVinoRunner:
                 data = pairs_as_complex(data, dtype)
             elif dtype == _BF16:
                 data = data.view(_BF16)
+            if data.shape != shape and data.size == np.prod(shape, dtype=int):
+                data = data.reshape(shape)  # OpenVINO gives some scalar results (a sum over nothing) shape [1]
             if data.dtype != dtype or data.shape != shape:
                 raise RuntimeError(f"OpenVINO output {i} is {data.dtype}{list(data.shape)}, "
                                    f"expected {dtype}{list(shape)}")
@@ -150,6 +153,18 @@ def _name(port, known: dict[str, int]) -> str:
     if len(names) != 1:
         raise ValueError(f"OpenVINO port {port} matches {sorted(names)} of the ONNX names")
     return names.pop()
+
+
+def _refuse_empty_convolutions(proto: onnx.ModelProto) -> None:
+    """OpenVINO 2026.4 leaves a convolution's output uninitialized (garbage, measured) when the kernel has
+    no input channels; XLA gives zeros. Such a model is refused rather than answered wrongly."""
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
+              for v in [*proto.graph.input, *proto.graph.value_info]}
+    shapes.update({t.name: list(t.dims) for t in proto.graph.initializer})
+    for node in proto.graph.node:
+        if node.op_type in ("Conv", "ConvTranspose") and 0 in shapes.get(node.input[1], ()):
+            raise OpenVinoCompileError(f"OpenVINO leaves the output of a {node.op_type} with an empty kernel "
+                                       f"({node.input[1]}: {shapes[node.input[1]]}) uninitialized")
 
 
 def _scalar_reshapes_as_squeeze(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:
