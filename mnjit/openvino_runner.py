@@ -178,10 +178,12 @@ def _scalar_reshapes_as_squeeze(graph: onnx.GraphProto, outer: frozenset[str] = 
     empty = set(outer) | {t.name for t in graph.initializer if list(t.dims) == [0]}
     empty |= {n.output[0] for n in graph.node if n.op_type == "Constant" and any(
         a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
+    # Only after MatMul/Gemm: a Squeeze of a Loop body value of unknown rank does not compile (measured).
+    products = {n.output[0] for n in graph.node if n.op_type in ("MatMul", "Gemm")}
     changed = False
     for node in graph.node:
         if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and len(node.input) == 2 \
-                and node.input[1] in empty:
+                and node.input[1] in empty and node.input[0] in products:
             node.op_type = "Squeeze"
             del node.input[1]
             del node.attribute[:]  # Reshape's allowzero means nothing to Squeeze
