@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlo2onnx.support import _D, ORT_CPU, Target
+from hlo2onnx.support import BF16, ORT_CPU, Target
 
 _NARROW_INTS = "int8 uint8"
 _FLOATED_INTS = "int32 uint32"  # kernels that compute these through f32
@@ -67,7 +67,7 @@ for _ops, _spec in (
 
 
 def _parse(spec: str) -> frozenset[np.dtype]:
-    return frozenset(_D[name] for name in spec.split())
+    return frozenset(BF16 if name == "bfloat16" else np.dtype(name) for name in spec.split())
 
 
 OPENVINO_CPU = Target(
