@@ -29,10 +29,11 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 _OV_TYPES[_BF16] = ov.Type.bf16
 _STORAGE = {_COMPLEX64: np.dtype(np.float32)}  # complex crosses as (real, imag) float pairs
 
-# Compile settings (docs/runtime.md, OpenVINO section): f32 is mandatory for correctness; LATENCY runs one
-# stream, so a call uses all the plugin's threads (THROUGHPUT splits them across streams for parallel
-# requests that mnjit does not make); pinning is off because the cores are shared with jax and other work.
-COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": "NO"}
+# Compile settings (docs/runtime.md, OpenVINO section): f32 is mandatory for correctness. NUM_STREAMS=0 runs
+# each inference on the calling thread with the plugin's shared thread pool, so a signature adds no OS
+# threads (a LATENCY or 1-stream model adds 2 each: 100 over 50 signatures) and runs as fast (measured);
+# pinning is off because the cores are shared with jax and other work.
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 0, "ENABLE_CPU_PINNING": "NO"}
 
 _core: list[ov.Core] = []
 _core_lock = threading.Lock()

@@ -159,3 +159,16 @@ def test_models() -> None:
     for model in (mlp(batch=8), cnn(batch=2), transformer(batch=1, seq=16, d=32, f=64)):
         expected = jax.jit(model.fun)(*model.args)
         assert_same(mnjit(model.fun, target=TARGET)(*model.args), expected, (2e-4, 2e-4), model.name)
+
+
+def test_threads_stay_flat_across_signatures() -> None:
+    """Each compiled model runs on the calling thread (NUM_STREAMS=0): signatures add no OS threads."""
+    import os
+
+    f = mnjit(lambda a: jnp.tanh(a) * 2 + 1, target=TARGET)
+    f(np.ones(1, np.float32))
+    before = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
+    for n in range(2, 32):
+        f(np.ones(n, np.float32))
+    after = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
+    assert after - before <= 2, f"{after - before} OS threads for 30 signatures"
