@@ -13,12 +13,16 @@ import pytest
 pytest.importorskip("openvino")
 
 import hlo2onnx  # noqa: E402
+import test_complex  # noqa: E402
+import test_control_flow  # noqa: E402
+import test_fft  # noqa: E402
 import test_int_wrap  # noqa: E402
 import test_ops_bits  # noqa: E402
 import test_ops_conv_window  # noqa: E402
 import test_ops_core  # noqa: E402
 import test_ops_indexing  # noqa: E402
 import test_ops_sort  # noqa: E402
+import test_special  # noqa: E402
 import test_zero_size  # noqa: E402
 from harness import Case, assert_same, rand, run_case  # noqa: E402
 from mnjit import mnjit  # noqa: E402
@@ -39,13 +43,29 @@ def _table(*cases: Case) -> list:
     return [pytest.param(c, id=c.name) for c in cases if not _has_nan(c)]
 
 
-TABLE = _table(*test_ops_core.CASES, *test_ops_indexing.CASES, *test_ops_conv_window.CASES,
-               *test_ops_sort.CASES, *test_zero_size.CASES, *test_ops_bits.CASES[::4], *test_int_wrap.CASES[::4])
+ALL = [*test_ops_core.CASES, *test_zero_size.CASES, *test_ops_indexing.CASES, *test_ops_conv_window.CASES,
+       *test_ops_sort.CASES, *test_ops_bits.CASES, *test_int_wrap.CASES, *test_control_flow.CASES,
+       *test_complex.CASES, *test_fft.CASES, *test_special.UNARY_CASES, *test_special.BINARY_CASES]
+# A representative subset keeps `make test` short (about a minute on one core); the stress run takes all.
+TABLE = _table(*test_ops_core.CASES, *test_zero_size.CASES, *test_ops_indexing.CASES[::2],
+               *test_ops_conv_window.CASES[::2], *test_ops_sort.CASES[::2], *test_ops_bits.CASES[::4],
+               *test_int_wrap.CASES[::4], *test_control_flow.CASES[::2], *test_complex.CASES[::4],
+               *test_fft.CASES[::4], *test_special.UNARY_CASES[::4], *test_special.BINARY_CASES[::4])
 
 
 @pytest.mark.parametrize("case", TABLE)
 def test_table(case: Case) -> None:
     """Each case matches jax.jit on openvino-cpu, or is refused with an error naming the op and dtype."""
+    _matches_or_refused(case)
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("case", _table(*ALL))
+def test_full_tables(case: Case) -> None:
+    _matches_or_refused(case)
+
+
+def _matches_or_refused(case: Case) -> None:
     try:
         run_case(case, target=TARGET)
     except REFUSED as e:
