@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import openvino as ov
 
+from mnjit.openvino_rewrite import empty_convolutions, for_openvino
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
 _BOOL = np.dtype(np.bool_)
@@ -72,8 +73,11 @@ class OpenVinoRunner:
         if len(onnx_inputs) != len(in_avals) or len(onnx_outputs) != len(out_avals):
             raise ValueError(f"ONNX model has {len(onnx_inputs)} inputs and {len(onnx_outputs)} outputs, "
                              f"the signature {len(in_avals)} and {len(out_avals)}")
-        _refuse_empty_convolutions(proto)
-        if _scalar_reshapes_as_squeeze(proto.graph):
+        empty = empty_convolutions(proto)
+        if empty:
+            raise OpenVinoCompileError(f"OpenVINO leaves the output of a convolution with an empty kernel "
+                                       f"({empty[0]}) uninitialized")
+        if for_openvino(proto):
             model_bytes = proto.SerializeToString()
         try:
             model = core().read_model(model_bytes)
@@ -154,45 +158,6 @@ def _name(port, known: dict[str, int]) -> str:
     if len(names) != 1:
         raise ValueError(f"OpenVINO port {port} matches {sorted(names)} of the ONNX names")
     return names.pop()
-
-
-def _refuse_empty_convolutions(proto: onnx.ModelProto) -> None:
-    """OpenVINO 2026.4 leaves a convolution's output uninitialized (garbage, measured) when the kernel has
-    no input channels; XLA gives zeros. Such a model is refused rather than answered wrongly."""
-    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
-              for v in [*proto.graph.input, *proto.graph.value_info]}
-    shapes.update({t.name: list(t.dims) for t in proto.graph.initializer})
-    for node in proto.graph.node:
-        if node.op_type in ("Conv", "ConvTranspose") and 0 in shapes.get(node.input[1], ()):
-            raise OpenVinoCompileError(f"OpenVINO leaves the output of a {node.op_type} with an empty kernel "
-                                       f"({node.input[1]}: {shapes[node.input[1]]}) uninitialized")
-
-
-def _scalar_reshapes_as_squeeze(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> bool:
-    """Rewrites every Reshape to a scalar (an empty shape constant) in `graph` as Squeeze; True if any.
-
-    OpenVINO 2026.4's CPU plugin crashes the process (segfault in compile_model) on MatMul followed by a
-    Reshape to [] (measured; Reshape alone and Squeeze compile). A reshape to [] has a size-1 input, so
-    Squeeze with no axes (drop every size-1 axis) is the same op. `outer`: empty constants of enclosing
-    graphs, which Loop/If bodies can read by name.
-    """
-    empty = set(outer) | {t.name for t in graph.initializer if list(t.dims) == [0]}
-    empty |= {n.output[0] for n in graph.node if n.op_type == "Constant" and any(
-        a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
-    # Only after MatMul/Gemm: a Squeeze of a Loop body value of unknown rank does not compile (measured).
-    products = {n.output[0] for n in graph.node if n.op_type in ("MatMul", "Gemm")}
-    changed = False
-    for node in graph.node:
-        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and len(node.input) == 2 \
-                and node.input[1] in empty and node.input[0] in products:
-            node.op_type = "Squeeze"
-            del node.input[1]
-            del node.attribute[:]  # Reshape's allowzero means nothing to Squeeze
-            changed = True
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                changed |= _scalar_reshapes_as_squeeze(sub, frozenset(empty))
-    return changed
 
 
 def _writable_view(array: np.ndarray) -> np.ndarray:
