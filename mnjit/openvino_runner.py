@@ -36,6 +36,10 @@ _STORAGE = {_COMPLEX64: np.dtype(np.float32)}  # complex crosses as (real, imag)
 # pinning is off because the cores are shared with jax and other work.
 COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 0, "ENABLE_CPU_PINNING": "NO"}
 
+# A read-only input (a jax array's numpy view) this small is copied into its OpenVINO tensor: 1.2 us against
+# 4.1 for wrapping it writable and sharing it (measured on f32[4]); larger ones are shared.
+_COPY_BYTES = 16384
+
 _core: list[ov.Core] = []
 _core_lock = threading.Lock()
 
@@ -123,6 +127,8 @@ class OpenVinoRunner:
         elif dtype == _BF16:
             return ov.Tensor(array.view(np.uint16), array.shape, ov.Type.bf16)
         if not array.flags.writeable:
+            if array.nbytes <= _COPY_BYTES:
+                return ov.Tensor(array, shared_memory=False)
             # OpenVINO shares only writable buffers; it never writes inputs, so a writable view is safe.
             array = _writable_view(array)
         return ov.Tensor(array, shared_memory=True)
