@@ -19,7 +19,6 @@ import openvino as ov
 from mnjit.openvino_rewrite import empty_convolutions, for_openvino
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
-_BOOL = np.dtype(np.bool_)
 _COMPLEX64 = np.dtype(np.complex64)
 # numpy dtypes OpenVINO tensors take directly; bf16 goes through a uint16 view typed as bf16.
 _OV_TYPES = {np.dtype(n): t for n, t in (
