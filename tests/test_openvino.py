@@ -139,8 +139,17 @@ def test_bool_complex_scalar_empty_weak() -> None:
     _compare(lambda z: (z * z, jnp.abs(z)), rand((3,), np.complex64))
     _compare(lambda s, v: s * v + 1, np.float32(2.5), x)  # a 0-d input stays 0-d
     _compare(lambda e, v: (e + 1, v), np.zeros((0, 3), np.float32), x)
-    _compare(lambda v: 2.0 * jnp.sum(v), x)
+    _compare(lambda v: (2.0 * jnp.sum(v), 3.0), x)  # the constant comes back weak-typed, as from jax.jit
     _compare(lambda b: jnp.logical_not(b), np.array([True, False]))
+
+
+def test_typed_key_passes_through() -> None:
+    """Typed PRNG keys cross as their uint32 key data (random bits themselves are refused on this target)."""
+    key = jax.random.key(3)
+    out_key, doubled = mnjit(lambda k, v: (k, v * 2), target=TARGET)(key, rand((3,)))
+    assert out_key.dtype == key.dtype
+    np.testing.assert_array_equal(jax.random.key_data(out_key), jax.random.key_data(key))
+    assert_same(doubled, jax.jit(lambda v: v * 2)(rand((3,))))
 
 
 def test_strided_and_unused_inputs() -> None:
