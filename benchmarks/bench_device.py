@@ -1,7 +1,7 @@
 """The device layer against jax.jit, side by side in one run: tiny-call dispatch, then first-call and
 steady-state ratios per target for the MLP, the CNN and the transformer block.
 
-    python benchmarks/bench_device.py [--rounds 7] [--targets ort-cpu,openvino-cpu]
+    python benchmarks/bench_device.py [--rounds 7] [--targets ort-cpu,openvino-cpu] [--models mlp,cnn,fire]
 
 Every ratio is mnjit / jax.jit measured in the same process with interleaved rounds (medians), so both
 share the machine's noise; the load average is printed beside them. A target whose runtime or device is
@@ -10,6 +10,7 @@ missing here is listed as unavailable; one that refuses a model (a strict op tab
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hlo2onnx  # noqa: E402
-from bench_models import cnn, mlp, transformer  # noqa: E402  the same models as bench_models
+from bench_models import BUILDERS  # noqa: E402  the same models as bench_models
 from mnjit import mnjit  # noqa: E402
 from mnjit.device import TargetUnavailableError  # noqa: E402
 
@@ -72,17 +73,17 @@ def _steady(fn, args, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def models(targets: list[str], rounds: int) -> None:
+def models(targets: list[str], rounds: int, names: list[str]) -> None:
     print(f"\nmodels, ratios mnjit / jax.jit ({_load()})")
     print(f"  {'model':<18}{'target':<14}{'first call ms':>22}{'ratio':>8}{'steady ms':>22}{'ratio':>8}")
-    for model in (mlp(), cnn(), transformer()):
+    for model in (BUILDERS[name]() for name in names):
         jit_first = _first_call(lambda: jax.jit(model.fun), model.args)
         jitted = jax.jit(model.fun)
         jax.block_until_ready(jitted(*model.args))
         for name in targets:
             try:
                 first = _first_call(lambda: mnjit(model.fun, target=name), model.args)
-            except hlo2onnx.TargetError:
+            except (hlo2onnx.TargetError, hlo2onnx.UnsupportedOpError):
                 print(f"  {model.name:<18}{name:<14}  refused (outside the target's op table)")
                 continue
             ours = mnjit(model.fun, target=name)
@@ -101,6 +102,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--targets", default=",".join(hlo2onnx.TARGETS))
+    # fire: the JAX-MD FIRE step (f32, N=1000), f32 elementwise-heavy work; needs the `samples` extra.
+    parser.add_argument("--models", default="mlp,cnn,transformer,fire")
     args = parser.parse_args(argv)
     available = []
     for name in args.targets.split(","):
@@ -111,7 +114,11 @@ def main(argv=None) -> None:
             print(f"{name}: unavailable here: {e}")
     print(f"jax {jax.__version__}, devices {jax.devices()}")
     tiny_dispatch(available, args.rounds)
-    models(available, args.rounds)
+    names = args.models.split(",")
+    if "fire" in names and importlib.util.find_spec("jax_md") is None:
+        print("fire: skipped, jax-md is not installed (pip install 'mnjit[samples]')")
+        names.remove("fire")
+    models(available, args.rounds, names)
 
 
 if __name__ == "__main__":

@@ -130,12 +130,21 @@ class Target:
     runtime: str = "onnxruntime"
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     device: str = "cpu"
+    # Dtypes the runtime silently computes in a narrower type: any node that reads or writes one is refused.
+    narrowed: frozenset[np.dtype] = frozenset()
+    # Dtypes narrowed the same way but safe inside the graph for index and shape values: refused as model
+    # inputs and outputs only (compute nodes on them belong in `wrong`).
+    boundary_narrowed: frozenset[np.dtype] = frozenset()
+    # Names of the targets that run what this one refuses, in order, for partitioned execution (fallback=True).
+    fallback_chain: tuple[str, ...] = ()
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)
         if self.ops is not None and op_type.partition(":")[0] not in self.ops | self.expanded:
             return False
         if self.dtypes is not None and dtype not in self.dtypes:
+            return False
+        if dtype in self.narrowed:
             return False
         if dtype == BF16 and not self.bf16_compute and op_type not in _DATA_MOVEMENT:
             return False
@@ -151,7 +160,7 @@ class Target:
             if self.supports(op_type, candidate):
                 if candidate in self.wrong.get(op_type, ()):
                     raise NotImplementedError(f"{self.name}'s {op_type} on {candidate} does not match XLA "
-                                              f"(see hlo2onnx/support.py); the rule must not emit it")
+                                              f"(measured: hlo2onnx/support.py, hlo2onnx/targets_openvino.py)")
                 return candidate
         if self.fallback is not None:
             return self.fallback.compute_dtype(op_type, dtype)

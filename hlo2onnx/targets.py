@@ -28,6 +28,7 @@ from onnx_ir.tape import Tape
 
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.support import _D, ORT_CPU, Target
+from hlo2onnx.targets_openvino import OPENVINO_CPU
 from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
 
 # -- ORT CUDA: op -> the dtypes its kernel is registered for ---------------------------------------------
@@ -99,7 +100,7 @@ CORE = Target("core", {"MatMul": _parse("int32 int64 bool"), "Gemm": _parse("int
               ops=_CORE_OPS, dtypes=_parse("bool int32 int64 float32"), expanded=frozenset({"IsNaN", "IsInf"}),
               description="a strict accelerator-compiler subset: f32/i32/i64/bool, no Loop/If, common ops only")
 
-TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE)}
+TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU)}
 
 
 def get(target: str | Target) -> Target:
@@ -159,15 +160,42 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
         if bad:
             yield f"dtype {', '.join(bad)} not accepted"
             return
+    if target.narrowed:
+        bad = sorted({np.dtype(v.dtype.numpy()).name for v in [*node.inputs, *node.outputs]
+                      if v is not None and v.dtype is not None and np.dtype(v.dtype.numpy()) in target.narrowed})
+        if bad:
+            yield f"{', '.join(bad)} would be computed in a narrower type"
+            return
+    dtype = _kernel_dtype(node)
+    if dtype is not None and dtype in target.wrong.get(_kernel_key(node), ()):
+        yield f"wrong results for {dtype.name}"
+        return
     if target.ops is not None:  # a kernel table: check the op's dtype against it
-        dtype = _kernel_dtype(node)
         if dtype is not None and not target.supports(node.op_type, dtype):
             yield f"no kernel for {dtype.name}"
+
+
+def _kernel_key(node: ir.Node) -> str:
+    """The op's key in a `wrong` table: Pad and the scatters differ by mode or reduction (`ScatterND:add`),
+    casts by the dtype they make (`Cast:int64`), TopK by whether its indices are read (`TopK:indices`)."""
+    if node.op_type == "TopK" and len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+        return "TopK:indices"  # the order of ties shows only in the indices
+    if node.op_type == "Cast" and node.outputs[0].dtype is not None:  # keyed by the dtype it makes
+        return f"Cast:{np.dtype(node.outputs[0].dtype.numpy()).name}"
+    attr = node.attributes.get("mode" if node.op_type == "Pad" else "reduction")
+    if node.op_type in ("Pad", "ScatterND", "ScatterElements") and attr is not None:
+        return f"{node.op_type}:{attr.value}"
+    return node.op_type
 
 
 def validate(model: ir.Model, target: Target) -> list[Violation]:
     """Every node of `model` (subgraphs included) that `target` cannot run; empty for ORT CPU's own lowerings."""
     found: list[Violation] = []
+    for value in [*model.graph.inputs, *model.graph.outputs]:
+        if value.dtype is not None and np.dtype(value.dtype.numpy()) in target.boundary_narrowed | target.narrowed:
+            where = "input" if value in model.graph.inputs else "output"
+            found.append(Violation(f"graph {where} {value.name}", f"{np.dtype(value.dtype.numpy()).name} would be "
+                                   "computed in a narrower type", None, None))
     _validate_graph(model.graph, target, (None, None), found)
     return found
 

@@ -75,12 +75,12 @@ def check_model(model: onnx.ModelProto) -> None:
     onnx.shape_inference.infer_shapes(model, strict_mode=True, check_type=True)
 
 
-def run_case(case: Case) -> None:
+def run_case(case: Case, target: str = "ort-cpu") -> None:
     scope = jax.enable_x64(True) if case.x64 else contextlib.nullcontext()
     with scope:
         args = [np.asarray(a) if isinstance(a, (list, tuple)) else a for a in case.args]
         expected = jax.jit(case.fun, static_argnums=case.static_argnums)(*args, **case.kwargs)
-        compiled = mnjit(case.fun, static_argnums=case.static_argnums)
+        compiled = mnjit(case.fun, static_argnums=case.static_argnums, target=target)
         actual = compiled(*args, **case.kwargs)
         assert_same(actual, expected, case.tol, case.name)
         check_model(compiled.lower(*args, **case.kwargs).onnx_model)

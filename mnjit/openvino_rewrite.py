@@ -1,0 +1,111 @@
+"""ONNX rewrites that make OpenVINO 2026.4's CPU plugin compute what the model says (docs/runtime.md).
+
+Each rewrite is exact: it replaces a pattern OpenVINO crashes on or answers wrongly by an equivalent
+one it handles. Applied by mnjit.openvino_runner to the serialized model before OpenVINO reads it.
+"""
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+# OpenVINO's Greater and GreaterOrEqual are true when an operand is NaN; Less and LessOrEqual are right.
+_MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
+
+
+def empty_convolutions(proto: onnx.ModelProto) -> list[str]:
+    """Convolutions (main graph) whose kernel has a 0 dimension: OpenVINO leaves their output uninitialized
+    (garbage, measured) where XLA gives zeros, so the runner refuses them."""
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
+              for v in [*proto.graph.input, *proto.graph.value_info]}
+    shapes.update({t.name: list(t.dims) for t in proto.graph.initializer})
+    return [f"{node.op_type} kernel {node.input[1]}: {shapes[node.input[1]]}" for node in proto.graph.node
+            if node.op_type in ("Conv", "ConvTranspose") and 0 in shapes.get(node.input[1], ())]
+
+
+def for_openvino(proto: onnx.ModelProto) -> bool:
+    """Rewrites `proto` in place (subgraphs included); True if anything changed."""
+    types = _elem_types(proto.graph)
+    return _rewrite(proto.graph, frozenset(), frozenset(), types, [0])
+
+
+def _elem_types(graph: onnx.GraphProto, types: dict[str, int] | None = None) -> dict[str, int]:
+    types = {} if types is None else types
+    for v in [*graph.input, *graph.output, *graph.value_info]:
+        if v.type.HasField("tensor_type"):
+            types[v.name] = v.type.tensor_type.elem_type
+    for t in graph.initializer:
+        types[t.name] = t.data_type
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Constant" and attr.name == "value":
+                types[node.output[0]] = attr.t.data_type
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                _elem_types(sub, types)
+    return types
+
+
+def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: frozenset[str],
+             types: dict[str, int], counter: list[int]) -> bool:
+    """`outer_*`: empty shape constants and constants of enclosing graphs, which Loop/If bodies read by name."""
+    constants = set(outer_const) | {t.name for t in graph.initializer} | {
+        n.output[0] for n in graph.node if n.op_type == "Constant"}
+    empty = set(outer_empty) | {t.name for t in graph.initializer if list(t.dims) == [0]}
+    empty |= {n.output[0] for n in graph.node if n.op_type == "Constant" and any(
+        a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
+    # compile_model segfaults on MatMul followed by a Reshape to [] (Reshape alone and Squeeze compile). A
+    # reshape to [] has a size-1 input, so Squeeze with no axes is the same op. Only after MatMul/Gemm: a
+    # Squeeze of a Loop-body value of unknown rank does not compile (measured).
+    products = {n.output[0] for n in graph.node if n.op_type in ("MatMul", "Gemm")}
+    changed = False
+    nodes = list(graph.node)
+    new_nodes: list[onnx.NodeProto] = []
+    for node in nodes:
+        if node.domain not in ("", "ai.onnx"):
+            new_nodes.append(node)
+            continue
+        if node.op_type == "Reshape" and len(node.input) == 2 and node.input[1] in empty \
+                and node.input[0] in products:
+            node.op_type = "Squeeze"
+            del node.input[1]
+            del node.attribute[:]  # Reshape's allowzero means nothing to Squeeze
+            changed = True
+        elif node.op_type in _MIRRORED and len(node.input) == 2:  # a > b is b < a, NaN included
+            node.op_type = _MIRRORED[node.op_type]
+            node.input[0], node.input[1] = node.input[1], node.input[0]
+            changed = True
+        elif node.op_type in ("Max", "Min") and len(node.input) == 2:
+            # OpenVINO's Max/Min return the NaN only from their second operand. A constant (ReLU's 0) goes
+            # first: it holds no NaN (XLA would give NaN anyway where it did). Otherwise a NaN first operand
+            # is put back with IsNaN + Where.
+            a, b = node.input
+            if b in constants and a not in constants:
+                node.input[0], node.input[1] = b, a
+                changed = True
+            elif a not in constants and types.get(a) in _FLOATS:
+                counter[0] += 1
+                raw, isnan = f"{node.output[0]}__ov_raw{counter[0]}", f"{node.output[0]}__ov_nan{counter[0]}"
+                out = node.output[0]
+                node.output[0] = raw
+                new_nodes.append(node)
+                new_nodes.append(helper.make_node("IsNaN", [a], [isnan]))
+                new_nodes.append(helper.make_node("Where", [isnan, a, raw], [out]))
+                changed = True
+                continue
+        elif node.op_type == "Relu":  # OpenVINO's Relu(NaN) is 0; Max(0, x) with the 0 first keeps the NaN
+            counter[0] += 1
+            zero, like = f"{node.output[0]}__ov_zero{counter[0]}", f"{node.output[0]}__ov_zero_like{counter[0]}"
+            new_nodes.append(helper.make_node("Constant", [], [zero], value=helper.make_tensor(
+                zero, onnx.TensorProto.FLOAT, [], [0.0])))
+            new_nodes.append(helper.make_node("CastLike", [zero, node.input[0]], [like]))
+            new_nodes.append(helper.make_node("Max", [like, node.input[0]], list(node.output)))
+            changed = True
+            continue
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                changed |= _rewrite(sub, frozenset(empty), frozenset(constants), types, counter)
+        new_nodes.append(node)
+    if changed:
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+    return changed
