@@ -6,10 +6,9 @@ import functools
 import inspect
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable
 
 import jax
-import numpy as np
 import onnx
 import onnx_ir as ir
 from jax import core

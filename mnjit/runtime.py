@@ -267,7 +267,7 @@ def host_to_jax(array: np.ndarray, device) -> jax.Array:
     Through DLPack: zero-copy when the buffer is 64-byte aligned (jax copies otherwise), about 5 us
     against jax.device_put's 27 (docs/runtime.md, OpenVINO section). ml_dtypes do not cross DLPack.
     """
-    if _FAST_IMPORT and array.dtype not in _ML_DTYPES:
+    if array.dtype not in _ML_DTYPES:
         return _jax.dlpack_managed_tensor_to_buffer(array.__dlpack__(), device, None, None, _KDL_CPU)
     return jax.device_put(array, device)
 
