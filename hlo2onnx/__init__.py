@@ -15,7 +15,7 @@ from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
 from hlo2onnx.mlir_io import make_context, parse_module, prepare
 from hlo2onnx.patterns import optimize_report
 from hlo2onnx.report import ConversionReport
-from hlo2onnx.support import ORT_CPU, Target
+from hlo2onnx.targets import ORT_CPU, Target
 from hlo2onnx.targets import TARGETS, TargetError
 from hlo2onnx.translator import Translator
 

@@ -11,7 +11,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.tape import Tape
 
-from hlo2onnx.support import Target
+from hlo2onnx.targets import Target
 from hlo2onnx.types import TensorType, onnx_dtype, set_type
 
 # Constants up to this many elements are shared between uses.

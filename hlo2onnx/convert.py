@@ -32,7 +32,7 @@ from hlo2onnx.translator import _unique  # one de-duplicating namer for graph in
 from hlo2onnx import targets
 from hlo2onnx.patterns import Report, optimize_report
 from hlo2onnx.report import ConversionReport
-from hlo2onnx.support import Target
+from hlo2onnx.targets import Target
 from hlo2onnx.targets import Violation
 from hlo2onnx.translator import Translator, _arg_name
 

@@ -16,9 +16,9 @@ import onnx_ir as ir
 
 from hlo2onnx.patterns import Report
 from hlo2onnx.patterns.engine import RULE
-from hlo2onnx.support import Target
+from hlo2onnx.targets import Target
 from hlo2onnx.targets import Violation
-from hlo2onnx.translator import SOURCE_OP
+from hlo2onnx.provenance import SOURCE_OP
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The `openvino-cpu` target: OpenVINO's CPU plugin running the same ONNX, minus what it computes wrongly.
+"""The data of the `openvino-cpu` target (built in targets.py): what OpenVINO's CPU plugin computes wrongly.
 
 Measured with openvino 2026.4 at opset 21 (one tiny ONNX model per op and dtype against numpy, with the
 f32 precision hint; tests/test_openvino.py re-checks the refusals and runs the op tables on it):
@@ -23,10 +23,7 @@ f32 precision hint; tests/test_openvino.py re-checks the refusals and runs the o
 """
 from __future__ import annotations
 
-import numpy as np
-
-from hlo2onnx.support import BF16, ORT_CPU, Target
-
+_EVERY = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"
 _NARROW_INTS = "int8 uint8"
 _FLOATED_INTS = "int32 uint32"  # kernels that compute these through f32
 _WIDE = "int64 uint64"
@@ -46,7 +43,7 @@ _COMPUTE = """
 # value is in the table), so narrowing them to int32 changes nothing. The op tables' gathers, scatters
 # and dynamic slices clamp their indices this way.
 _INDEX_SAFE = {"Max", "Min", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"}
-_WRONG: dict[str, str] = {op: _WIDE if op not in _INDEX_SAFE else "uint64" for op in _COMPUTE}
+WRONG: dict[str, str] = {op: _WIDE if op not in _INDEX_SAFE else "uint64" for op in _COMPUTE}
 for _ops, _spec in (
         ("Add Sub Mul Neg Abs", _NARROW_INTS),
         ("MatMul Gemm", "int8 uint8 int16 uint16 int32 uint32"),
@@ -56,28 +53,12 @@ for _ops, _spec in (
         ("ReduceSum ReduceProd ReduceMax ReduceMin", "int16 uint16"),
         ("Neg", "uint8 uint16 uint32"),
         ("Cast:int64", "float16 bfloat16 float32 float64"),
-        ("Pad", "int32 uint32"),
-        ("BitwiseAnd BitwiseOr BitwiseXor BitwiseNot", "uint32"),
-        ("Add Sub Mul", "uint32"),  # a uint32 constant past INT32_MAX loses its top bit (x + 0xFFFFFFFF)  # jax.random.PRNGKey(4e9) lost its top bit
-        ("DFT", "float16 bfloat16 float32 float64"),  # multi-axis FFTs came back wrong (fft2: errors of 11)  # the pad value goes through f32: INT32_MAX comes back as INT32_MIN
-        ("TopK:indices", "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"),  # float -> int64 makes values past int32
-        ("Pad:wrap", "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"),
+        ("Pad", "int32 uint32"),  # the pad value goes through f32: INT32_MAX comes back as INT32_MIN
+        ("BitwiseAnd BitwiseOr BitwiseXor BitwiseNot", "uint32"),  # jax.random.PRNGKey(4e9) lost its top bit
+        ("Add Sub Mul", "uint32"),  # a uint32 constant past INT32_MAX loses its top bit (x + 0xFFFFFFFF)
+        ("DFT", "float16 bfloat16 float32 float64"),  # multi-axis FFTs came back wrong (fft2: errors of 11)
+        ("TopK:indices", _EVERY),  # ties not in index order
+        ("Pad:wrap", _EVERY),
 ):
     for _op in _ops.split():
-        _WRONG[_op] = f"{_WRONG.get(_op, '')} {_spec}"
-
-
-def _parse(spec: str) -> frozenset[np.dtype]:
-    return frozenset(BF16 if name == "bfloat16" else np.dtype(name) for name in spec.split())
-
-
-OPENVINO_CPU = Target(
-    "openvino-cpu",
-    # ORT CPU's kernel table keeps the lowerings on paths the op tables test (f16 through f32, no bf16 math).
-    dict(ORT_CPU.missing),
-    wrong={op: _parse(spec) for op, spec in _WRONG.items()},
-    narrowed=_parse("float64 uint64"),
-    boundary_narrowed=_parse("int64"),
-    description="OpenVINO's CPU plugin (f32 precision hint); f64, 64-bit integer math, integer wraparound, "
-                "shifts and Pad(wrap) refused",
-    runtime="openvino", providers=(), device="cpu", fallback_chain=("ort-cpu",))
+        WRONG[_op] = f"{WRONG.get(_op, '')} {_spec}"

@@ -9,7 +9,7 @@ import itertools
 import re
 from collections import ChainMap
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -19,7 +19,8 @@ from hlo2onnx import attrs as attr_codec
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
 from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
-from hlo2onnx.support import Target
+from hlo2onnx.provenance import tag_nodes
+from hlo2onnx.targets import Target
 from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, set_type, tensor_type
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
@@ -175,26 +176,6 @@ class Translator:
         except (UnsupportedTypeError, ValueError) as e:
             where = self.where(op) if op is not None else None
             raise UnsupportedOpError(name, where, f"type {value.type}: {e}") from None
-
-
-# Node metadata naming the StableHLO op (and its source line) that produced each ONNX node: the report and
-# the target validation (hlo2onnx/targets.py) read it; fusions merge it (patterns/engine.py).
-SOURCE_OP, SOURCE_LOC = "hlo2onnx.op", "hlo2onnx.loc"
-
-
-def tag_nodes(nodes: Iterable[ir.Node], op_name: str, where: str | None) -> None:
-    """Marks `nodes` and the untagged nodes of their subgraphs (Loop/If bodies a rule built) as `op_name`'s."""
-    for node in nodes:
-        if SOURCE_OP in node.metadata_props:
-            continue  # emitted by a nested op (a region's body)
-        node.metadata_props[SOURCE_OP] = op_name
-        if where:
-            node.metadata_props[SOURCE_LOC] = where
-        for attr in node.attributes.values():
-            graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else (
-                attr.value if attr.type == ir.AttributeType.GRAPHS else [])
-            for graph in graphs:
-                tag_nodes(graph, op_name, where)
 
 
 def _empty(ttype: TensorType) -> bool:

@@ -92,7 +92,7 @@ CASES = [
      {"ReduceMin": 0, "IsNaN": 0, "Min": 1}),
     (Case("max_of_stack", lambda a, b: jnp.max(jnp.stack([a, b, a * b]), axis=0), (x64_, x64_[::-1])),
      {"ReduceMax": 0, "Max": 1}),
-    # f16 arithmetic runs in f32 and rounds after each op (support.py); selects of rounded values need no rounding.
+    # f16 arithmetic runs in f32 and rounds after each op (targets.py); selects of rounded values need no rounding.
     (Case("f16_select_chain", lambda m, a, b: jnp.where(m, jnp.where(~m, a * b, a), b + a) * a,
           (x64_ > 0, x64_.astype(np.float16), x64_[::-1].astype(np.float16))), {"Cast": 7}),
     # Data movement composed (patterns/movement.py): one copy instead of two.

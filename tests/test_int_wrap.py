@@ -15,7 +15,7 @@ from onnx import helper
 
 import hlo2onnx
 from harness import Case, run_case
-from hlo2onnx.support import ORT_CPU
+from hlo2onnx.targets import ORT_CPU
 from hlo2onnx.types import onnx_dtype
 
 NARROW = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
@@ -127,7 +127,7 @@ def _ort(op: str, inputs: list[np.ndarray], **attrs) -> np.ndarray:
 
 
 def test_ort_integer_reductions_saturate():
-    """Why support.py lists ORT's integer ReduceSum/ReduceProd as wrong. If this fails, ORT wraps now and the
+    """Why targets.py lists ORT's integer ReduceSum/ReduceProd as wrong. If this fails, ORT wraps now and the
     entries (and ops/reduce.py's halving tree) can go."""
     axes = np.array([0], np.int64)
     assert _ort("ReduceSum", [np.array([2**31 - 1, 1], np.int32), axes], keepdims=0) == 2**31 - 1

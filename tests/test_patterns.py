@@ -16,7 +16,7 @@ from jax.example_libraries import stax
 import hlo2onnx
 from harness import Case, assert_same, check_model, rand, run_case
 from hlo2onnx.patterns import optimize_report
-from hlo2onnx.support import ORT_CPU
+from hlo2onnx.targets import ORT_CPU
 from mnjit import mnjit
 
 F32 = np.float32

@@ -16,7 +16,7 @@ from onnxscript.rewriter import pattern
 import hlo2onnx
 from harness import Case, rand, run_case
 from hlo2onnx.patterns import attention, convolution, optimize_report
-from hlo2onnx.support import ORT_CPU
+from hlo2onnx.targets import ORT_CPU
 from mnjit import mnjit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))

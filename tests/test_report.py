@@ -9,7 +9,7 @@ import onnx
 
 from harness import rand
 from hlo2onnx.cli import main
-from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
+from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
 from mnjit import mnjit
 
 x48, w83, b3 = rand((4, 8), seed=1), rand((8, 3), seed=2), rand((3,), seed=3)

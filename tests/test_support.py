@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from hlo2onnx.support import _F16_VIA_F32, _ORT_CPU_MISSING, BF16, ORT_CPU
+from hlo2onnx.targets import F16_VIA_F32, ORT_CPU_MISSING, BF16, ORT_CPU
 from hlo2onnx.types import onnx_dtype
 
 # Unary/binary ops whose missing entries are probed with a one-node model.
@@ -48,10 +48,10 @@ def _schema_allows(op: str, dtype: np.dtype) -> bool:
     return any(aliases.get(a, a) == aliases.get(name, name) for a in allowed)
 
 
-_PROBED = [(op, dtype) for op, dtypes in _ORT_CPU_MISSING.items() if op in _ARITY
+_PROBED = [(op, dtype) for op, dtypes in ORT_CPU_MISSING.items() if op in _ARITY
            for dtype in map(np.dtype, ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                                        "uint64", "float16", "float32", "float64"))
-           if _schema_allows(op, dtype) and not (op in _F16_VIA_F32 and dtype == np.float16)]
+           if _schema_allows(op, dtype) and not (op in F16_VIA_F32 and dtype == np.float16)]
 
 
 @pytest.mark.parametrize("op,dtype", _PROBED, ids=[f"{o}-{d}" for o, d in _PROBED])
@@ -74,7 +74,7 @@ def test_compute_dtype_widens_and_bf16_goes_to_f32():
 def test_f16_chains_lose_rounding_in_ort():
     """Why the table sends f16 arithmetic to f32: ORT runs (x - s) * c + d on f16 rounded once, not per op.
 
-    If a new ORT release rounds each node, this fails, and _F16_VIA_F32 can go."""
+    If a new ORT release rounds each node, this fails, and F16_VIA_F32 can go."""
     x = np.linspace(-1, 1, 2001).astype(np.float16)
     nodes = [helper.make_node("Sub", ["x", "s"], ["a"]), helper.make_node("Mul", ["a", "c"], ["b"]),
              helper.make_node("Add", ["b", "d"], ["y"])]
@@ -103,4 +103,4 @@ _F16_PROBED = [op for op in _ARITY if _schema_allows(op, np.dtype(np.float16))]
 
 @pytest.mark.parametrize("op", _F16_PROBED)
 def test_f16_table_matches_ort(op, tmp_path):
-    assert (op in _F16_VIA_F32) == _casts_to_f32(op, tmp_path), f"{op}: f16 via f32 in the table, not in ORT (or back)"
+    assert (op in F16_VIA_F32) == _casts_to_f32(op, tmp_path), f"{op}: f16 via f32 in the table, not in ORT (or back)"

@@ -10,7 +10,7 @@ import pytest
 import hlo2onnx
 from harness import Case, rand, run_case
 from hlo2onnx.cli import main
-from hlo2onnx.support import ORT_CPU
+from hlo2onnx.targets import ORT_CPU
 from hlo2onnx.targets import CORE, ORT_CUDA, TARGETS, TargetError, validate
 from mnjit import mnjit
 from mnjit.device import TargetUnavailableError
@@ -90,7 +90,7 @@ def test_cuda_table_is_data():
     assert ORT_CUDA.supports("MatMul", np.dtype("float16"))
     assert not ORT_CUDA.supports("MatMul", np.dtype("int32"))
     assert not ORT_CUDA.supports("BitwiseAnd", np.dtype("int32"))  # no CUDA kernel at all
-    assert ORT_CUDA.supports("Relu", hlo2onnx.support.BF16)
+    assert ORT_CUDA.supports("Relu", hlo2onnx.targets.BF16)
     # No wider dtype has a CUDA kernel: ORT CPU's rules decide (it runs int32 MatMul).
     assert ORT_CUDA.compute_dtype("MatMul", np.dtype("int32")) == np.dtype("int32")
     assert ORT_CUDA.compute_dtype("Max", np.dtype("int16")) == np.dtype("int32")  # widened within CUDA

@@ -21,7 +21,7 @@ from hlo2onnx.patterns import algebra, attention, convolution, engine, movement
 from hlo2onnx.patterns.cleanup import drop_unread_initializers, canonicalize, clean
 from hlo2onnx.patterns.fusions import fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
-from hlo2onnx.support import Target
+from hlo2onnx.targets import Target
 
 @dataclass
 class Report:

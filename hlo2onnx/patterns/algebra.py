@@ -21,7 +21,7 @@ import onnx_ir as ir
 from hlo2onnx.patterns import engine
 from hlo2onnx.patterns.base import numpy_dtype
 from hlo2onnx.patterns.cleanup import all_graphs, const_array, remove_unused, splat_of, static_shape
-from hlo2onnx.support import Target
+from hlo2onnx.targets import Target
 
 # Nodes whose output at each position depends only on their inputs at that position
 # (after broadcasting): a value's positions keep their meaning through them.
@@ -386,7 +386,7 @@ def _eye(node: ir.Node, emit: Emitter) -> ir.Value | None:
 
 def _cast(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """Cast(Cast(x, f16), f32) -> x when x holds f16 values already: the rounding the f16 results of ops
-    run in f32 get (support.py) is needed after arithmetic, not after a select or a max of such values."""
+    run in f32 get (targets.py) is needed after arithmetic, not after a select or a max of such values."""
     if node.inputs[0].dtype == ir.DataType.BOOL:
         return _eye(node, emit)
     inner = producer_of(node.inputs[0], "Cast")

@@ -9,7 +9,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter._basics import MatchResult
 
 from hlo2onnx.patterns.cleanup import const_array, static_shape
-from hlo2onnx.support import Target
+from hlo2onnx.targets import Target
 
 
 class Fusion(pattern.RewriteRuleClassBase):

@@ -14,7 +14,7 @@ import onnx_ir as ir
 from onnxscript.optimizer import basic_constant_propagation
 from onnxscript.rewriter import _pattern_ir, pattern
 
-from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
+from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
 
 # Constants up to this size are handed to ONNX shape inference (Reshape/Expand read their shape input).
 _INFERENCE_DATA_LIMIT = 64

@@ -8,7 +8,7 @@ from onnxscript.rewriter._basics import MatchResult
 from hlo2onnx.patterns import activations, normalization, templates
 from hlo2onnx.patterns.base import Fusion
 from hlo2onnx.patterns.cleanup import static_shape
-from hlo2onnx.support import Target
+from hlo2onnx.targets import Target
 
 
 def _untransposed(value: ir.Value) -> tuple[ir.Value, int]:
