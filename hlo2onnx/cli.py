@@ -25,7 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _opset(text: str) -> int:
-    from hlo2onnx.convert import MAX_OPSET, MIN_OPSET
+    from hlo2onnx.conversion import MAX_OPSET, MIN_OPSET
 
     try:
         value = int(text)
@@ -37,7 +37,7 @@ def _opset(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hlo2onnx.convert import DEFAULT_OPSET
+    from hlo2onnx.conversion import DEFAULT_OPSET
     from hlo2onnx.targets import TARGETS
 
     parser = _Parser(prog="hlo2onnx", description="Convert StableHLO (text or bytecode), a jax.export "
@@ -94,7 +94,7 @@ def _fail(message: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from hlo2onnx.convert import convert
+    from hlo2onnx.conversion import convert
     from hlo2onnx.errors import Hlo2OnnxError
 
     output = _output_path(args.input, args.output)
@@ -143,7 +143,7 @@ def _output_path(source: str, output: str | None) -> str:
 
 
 def _print_verbose(conversion, output: str) -> None:
-    from hlo2onnx.convert import FORMATS
+    from hlo2onnx.conversion import FORMATS
 
     nodes = sum(1 for _ in conversion.model.graph.all_nodes())
     print(f"hlo2onnx: {FORMATS.get(conversion.format, conversion.format)}: {sum(conversion.op_counts.values())} "

@@ -19,7 +19,7 @@ from jax import export
 
 import hlo2onnx
 from hlo2onnx.cli import PROGRESS_MIN_OPS, _ProgressLine, main
-from hlo2onnx.convert import FORMATS as FORMAT_NAMES
+from hlo2onnx.loading import FORMATS as FORMAT_NAMES
 from harness import check_model, rand
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
