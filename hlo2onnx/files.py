@@ -4,7 +4,10 @@ from __future__ import annotations
 import os
 import tempfile
 
-import onnx_ir as ir
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # onnx_ir loads on use: hlo2onnx.cli imports this module and must start fast
+    import onnx_ir as ir
 
 # protobuf cannot serialize a message of 2 GiB or more; leave room for the graph itself.
 PROTOBUF_LIMIT = 2**31 - 2**24
@@ -31,6 +34,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
     temporaries: list[str] = []
     try:
         model_tmp = _temporary(folder, temporaries)
+        import onnx_ir as ir
+
         if external_data is None:
             ir.save(model, model_tmp)
         else:

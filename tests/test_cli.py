@@ -18,7 +18,7 @@ import pytest
 from jax import export
 
 import hlo2onnx
-from hlo2onnx.cli import PROGRESS_MIN_OPS, _ProgressLine, main
+from hlo2onnx.command import PROGRESS_MIN_OPS, _ProgressLine, main
 from hlo2onnx.loading import FORMATS as FORMAT_NAMES
 from harness import check_model, rand
 
