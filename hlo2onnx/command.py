@@ -112,8 +112,15 @@ def _stdout_closed() -> int:
     return 0
 
 
+# Longer messages are cut: an error quoting a pathological input (a type nested 20000 deep) stays readable.
+MAX_MESSAGE = 2000
+
+
 def _fail(message: str) -> None:
-    sys.stderr.write(f"hlo2onnx: error: {' '.join(message.split())}\n")
+    message = " ".join(message.split())
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + f" ... ({len(message) - MAX_MESSAGE} more characters)"
+    sys.stderr.write(f"hlo2onnx: error: {message}\n")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -271,6 +271,8 @@ BAD_INPUTS = {
     "empty": (lambda: b"", "the input is empty"),
     "whitespace": (lambda: b"  \n\n", "the input is empty"),
     "no-main": (lambda: b"func.func @other() {\n  return\n}\n", "no function @main"),
+    # ORT refuses a graph without outputs: converting it must fail, not write an unloadable model.
+    "no-results": (lambda: b"func.func @main(%a: tensor<2xf32>) {\n  return\n}\n", "@main has no results"),
 }
 
 
