@@ -41,10 +41,11 @@ def _supervise(argv: list[str]) -> int:
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env[CHILD_ENV] = f"{status_write},{user_stderr}"
-    # The child imports this same hlo2onnx, wherever the parent found it.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    # The child imports this same hlo2onnx, wherever the parent found it (first on its path, before the cwd).
+    bootstrap = (f"import sys; sys.path.insert(0, {package_root!r}); "
+                 "from hlo2onnx.command import child_main; sys.exit(child_main())")
     try:
-        child = subprocess.Popen([sys.executable, "-m", "hlo2onnx.command", *argv], stderr=subprocess.PIPE,
+        child = subprocess.Popen([sys.executable, "-c", bootstrap, *argv], stderr=subprocess.PIPE,
                                  pass_fds=(status_write, user_stderr), env=env, preexec_fn=_ignore_sigint)
     finally:
         os.close(status_write)

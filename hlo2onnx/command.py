@@ -258,7 +258,3 @@ def child_main() -> int:
         return main(sys.argv[1:], announce)
     finally:  # argparse's --help and usage errors exit through SystemExit, their message printed
         status.write("reported\n")  # the outcome, good or bad, is on the user's stderr already
-
-
-if __name__ == "__main__":
-    sys.exit(child_main())
