@@ -50,17 +50,18 @@ def _supervise(argv: list[str]) -> int:
     finally:
         os.close(status_write)
         os.close(user_stderr)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         try:
             _, noise = child.communicate()
-        except KeyboardInterrupt:
-            # The child ignores SIGINT (one process decides what an interrupt means): end it here.
+        except BaseException:  # Ctrl-C or SIGTERM: the child ignores SIGINT, so this process ends it
             child.kill()
             child.wait()
             _remove_temporaries(_read_status(status_read), child.pid)
             raise
         status = _read_status(status_read)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         os.close(status_read)
     code = child.returncode
     if code < 0:  # killed by a signal: jaxlib aborted (SIGABRT) or overflowed its stack (SIGSEGV)
@@ -76,6 +77,10 @@ def _supervise(argv: list[str]) -> int:
         sys.stderr.buffer.write(noise)  # warnings of a good run, as the converter printed them
         sys.stderr.flush()
     return code
+
+
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt  # ends the child and removes its files, as Ctrl-C does
 
 
 def _ignore_sigint() -> None:
