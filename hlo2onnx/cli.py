@@ -33,11 +33,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _fail("interrupted")
         return 130
+    except OSError as e:  # no pipes or processes left, or the interpreter is gone
+        _fail(f"cannot start the converter process: {e}")
+        return EXIT_ERROR
 
 
 def _supervise(argv: list[str]) -> int:
     status_read, status_write = os.pipe()
-    user_stderr = os.dup(sys.stderr.fileno())
+    user_stderr = _dup_stderr()
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env[CHILD_ENV] = f"{status_write},{user_stderr}"
@@ -77,6 +80,14 @@ def _supervise(argv: list[str]) -> int:
         sys.stderr.buffer.write(noise)  # warnings of a good run, as the converter printed them
         sys.stderr.flush()
     return code
+
+
+def _dup_stderr() -> int:
+    """A copy of the user's stderr for the child; /dev/null when stderr is closed (`2>&-`)."""
+    try:
+        return os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return os.open(os.devnull, os.O_WRONLY)
 
 
 def _terminated(signum, frame) -> None:
@@ -133,5 +144,8 @@ def _remove_temporaries(status: dict[str, str], pid: int) -> None:
 
 
 def _fail(message: str) -> None:
-    sys.stderr.write(f"hlo2onnx: error: {' '.join(message.split())}\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(f"hlo2onnx: error: {' '.join(message.split())}\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # stderr closed: the exit status still tells
+        pass
