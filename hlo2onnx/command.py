@@ -87,7 +87,9 @@ def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None]
         if announce is not None:
             announce("input", args.input)
             announce("output", args.output or "")
-        return _run(args)
+        code = _run(args)
+        sys.stdout.flush()  # a closed stdout shows here, where it is handled, not at interpreter exit
+        return code
     except KeyboardInterrupt:
         _fail("interrupted")
         return 130
