@@ -244,3 +244,24 @@ def test_check_feeds_bfloat16_inputs(tmp_path, capsys):
     status, out, err = run_in_process([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
     assert status == 0, err
     assert out.startswith("check: ") and out.rstrip().endswith(": ok"), out
+
+
+# -- one pipeline ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("opset", [13, 25])
+def test_every_entry_refuses_unsupported_opsets(opset):
+    """The opset check lives in the pipeline: translate_report refused nothing before, and ORT rejected the model."""
+    import hlo2onnx
+
+    module = lowered().compiler_ir("stablehlo")
+    with pytest.raises(ValueError, match=f"opset {opset} is not supported"):
+        hlo2onnx.translate_report(module, opset=opset)
+    with pytest.raises(hlo2onnx.Hlo2OnnxError, match=f"opset {opset} is not supported"):
+        hlo2onnx.convert(module, opset=opset)
+
+
+def test_the_entry_point_imports_nothing_heavy():
+    """Ctrl-C at start-up is one line only if the command's own process never imports jax or onnx."""
+    code = "import sys, hlo2onnx.cli; print(sorted(m for m in ('jax', 'onnx', 'onnx_ir', 'numpy') if m in sys.modules))"
+    done = subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
