@@ -67,6 +67,9 @@ def _supervise(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
         os.close(status_read)
     code = child.returncode
+    if code < 0 and status.get("reported", "").isdigit():
+        # The outcome was reported (and the output written) before the crash: jaxlib at interpreter exit.
+        return int(status["reported"])
     if code < 0:  # killed by a signal: jaxlib aborted (SIGABRT) or overflowed its stack (SIGSEGV)
         _remove_temporaries(status, child.pid)
         _fail(f"{_input_name(status)}: the parser crashed ({_signal_name(-code)}); the input is malformed "

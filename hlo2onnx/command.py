@@ -256,7 +256,12 @@ def child_main() -> int:
     def announce(key: str, value: str) -> None:
         status.write(f"{key} {' '.join(value.split())}\n")
 
+    code = EXIT_ERROR
     try:
-        return main(sys.argv[1:], announce)
-    finally:  # argparse's --help and usage errors exit through SystemExit, their message printed
-        status.write("reported\n")  # the outcome, good or bad, is on the user's stderr already
+        code = main(sys.argv[1:], announce)
+        return code
+    except SystemExit as e:  # argparse's --help and usage errors, their message printed
+        code = e.code if isinstance(e.code, int) else EXIT_USAGE if e.code else 0
+        raise
+    finally:  # the outcome, good or bad, is on the user's stderr already
+        status.write(f"reported {code}\n")
