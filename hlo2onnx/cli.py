@@ -72,8 +72,12 @@ def _supervise(argv: list[str]) -> int:
         return int(status["reported"])
     if code < 0:  # killed by a signal: jaxlib aborted (SIGABRT) or overflowed its stack (SIGSEGV)
         _remove_temporaries(status, child.pid)
-        _fail(f"{_input_name(status)}: the parser crashed ({_signal_name(-code)}); the input is malformed "
-              "or nested deeper than jaxlib's parsers handle")
+        stage = status.get("stage")
+        if stage is None:
+            _fail(f"{_input_name(status)}: the parser crashed ({_signal_name(-code)}); the input is malformed "
+                  "or nested deeper than jaxlib's parsers handle")
+        else:  # converted; ONNX Runtime or JAX died running it, or the write did
+            _fail(f"{_input_name(status)}: the converter crashed during {stage} ({_signal_name(-code)})")
         return EXIT_ERROR
     if "reported" not in status:  # died in Python start-up or exited without a word
         last = next((line for line in reversed(noise.decode(errors="replace").splitlines()) if line.strip()), "")

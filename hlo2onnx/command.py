@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None]
         if announce is not None:
             announce("input", args.input)
             announce("output", args.output or "")
-        code = _run(args)
+        code = _run(args, announce or (lambda key, value: None))
         sys.stdout.flush()  # a closed stdout shows here, where it is handled, not at interpreter exit
         return code
     except KeyboardInterrupt:
@@ -125,7 +125,7 @@ def _fail(message: str) -> None:
     sys.stderr.write(f"hlo2onnx: error: {message}\n")
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
     from hlo2onnx.conversion import convert
 
     output = _output_path(args.input, args.output)
@@ -138,9 +138,11 @@ def _run(args: argparse.Namespace) -> int:
     # Everything that can fail runs before the output is written: a failed run leaves the old file as it was.
     result = None
     if args.check or inputs is not None:
+        announce("stage", "check")
         start = time.perf_counter()
         result = conversion.check(inputs)
         conversion.timings["check"] = time.perf_counter() - start
+    announce("stage", "write")
     start = time.perf_counter()
     if output == "-":
         _write_stdout(conversion)
