@@ -24,7 +24,7 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the names above, for type checkers and IDEs
     from hlo2onnx.conversion import Conversion, convert
     from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
     from hlo2onnx.mlir_io import make_context, parse_module
