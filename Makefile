@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test samples bench clean
+.PHONY: install run test stress samples bench clean
 
 install: $(STAMP)
 
@@ -20,6 +20,10 @@ run: install
 # Exit code 5 (no tests collected) must fail: make propagates pytest's code as-is.
 test: install
 	$(PY) -m pytest -n auto -q -p no:cacheprovider
+
+# The long reliability runs (the fuzzer's large corpus, models over 2 GB): hours of CPU, not for every change.
+stress: install
+	$(PY) -m pytest -q -p no:cacheprovider -m stress
 
 # Every sample runs even when one fails its check; the exit code still says so (see samples/README.md on
 # MNIST's 10 epochs: --noise-floor prints how far jax.jit drifts from itself).

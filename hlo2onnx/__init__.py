@@ -2,45 +2,51 @@
 
     model = hlo2onnx.translate(lowered.compiler_ir("stablehlo"))
     conversion = hlo2onnx.convert("model.mlir", "model.onnx")  # files, no Python source
+
+Importing the package is cheap: jax and the rules load on first use of a name
+below. The `hlo2onnx` command relies on that to answer Ctrl-C at start-up with
+one line, and to keep jaxlib's parsers out of its own process (hlo2onnx.cli).
 """
 from __future__ import annotations
 
-import onnx_ir as ir
-from jax.extend.mlir import ir as mlir
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from hlo2onnx import ops  # noqa: F401  (fills the rule table)
-from hlo2onnx import targets
-from hlo2onnx.convert import DEFAULT_OPSET, Conversion, convert
-from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
-from hlo2onnx.mlir_io import make_context, parse_module, prepare
-from hlo2onnx.patterns import optimize_report
-from hlo2onnx.report import ConversionReport
-from hlo2onnx.targets import ORT_CPU, Target
-from hlo2onnx.targets import TARGETS, TargetError
-from hlo2onnx.translator import Translator
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "translate": "hlo2onnx.pipeline", "translate_report": "hlo2onnx.pipeline", "DEFAULT_OPSET": "hlo2onnx.pipeline",
+    "convert": "hlo2onnx.conversion", "Conversion": "hlo2onnx.conversion",
+    "Hlo2OnnxError": "hlo2onnx.errors", "InvalidInputError": "hlo2onnx.errors",
+    "UnsupportedOpError": "hlo2onnx.errors",
+    "TargetError": "hlo2onnx.targets", "TARGETS": "hlo2onnx.targets", "Target": "hlo2onnx.targets",
+    "make_context": "hlo2onnx.mlir_io", "parse_module": "hlo2onnx.mlir_io",
+    "ConversionReport": "hlo2onnx.report",
+}
+__all__ = list(_EXPORTS)
 
-__all__ = ["translate", "translate_report", "Hlo2OnnxError", "InvalidInputError", "UnsupportedOpError",
-           "TargetError", "Target", "TARGETS", "DEFAULT_OPSET", "make_context", "parse_module", "convert",
-           "Conversion", "ConversionReport"]
-
-
-def translate(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET,
-              name: str = "main", fuse: bool = True) -> ir.Model:
-    """Translates an in-memory StableHLO module into an onnx-ir Model.
-
-    Raises TargetError when a strict target (`core`) cannot run the result.
-    """
-    return translate_report(module, target=target, opset=opset, name=name, fuse=fuse).model
+if TYPE_CHECKING:  # the names above, for type checkers and IDEs
+    from hlo2onnx.conversion import Conversion, convert
+    from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
+    from hlo2onnx.mlir_io import make_context, parse_module
+    from hlo2onnx.pipeline import DEFAULT_OPSET, translate, translate_report
+    from hlo2onnx.report import ConversionReport
+    from hlo2onnx.targets import Target
+    from hlo2onnx.targets import TARGETS, TargetError
 
 
-def translate_report(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET,
-                     name: str = "main", fuse: bool = True) -> ConversionReport:
-    """`translate`, keeping what it did: the model is the report's `.model`."""
-    target = targets.get(target)
-    prepared = prepare(module)
-    with module.context:
-        translator = Translator(prepared, target, opset)
-        model = translator.translate(graph_name=name)
-    optimized = optimize_report(model, target) if fuse else None
-    violations = targets.check(model, target)
-    return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        importlib.import_module("hlo2onnx.pipeline")  # the rule table, before any name is used
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    try:  # hlo2onnx.targets and other submodules, as attribute access on an eagerly imported package gave
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -2,174 +2,157 @@
 
     hlo2onnx model.mlir -o model.onnx --check --report
 
-Every failure is one line on stderr and a non-zero exit status (a Python
-traceback only with --debug). Exit status: 0 done, 1 error, 2 bad usage,
-3 --check found a mismatch.
+This process only supervises: the work (hlo2onnx.command) runs in a child
+process, because jaxlib's MLIR and XLA parsers abort or segfault on some
+malformed inputs (docs/formats.md) and nothing in Python can catch that. A
+child killed by a signal becomes one `hlo2onnx: error:` line naming the input,
+and its temporary files are removed. This module imports nothing heavy, so a
+Ctrl-C at any point of start-up ends with exit status 130 and one line.
+
+Exit status: 0 done, 1 error, 2 bad usage, 3 --check found a mismatch,
+130 interrupted.
 """
 from __future__ import annotations
 
-import argparse
 import os
+import signal
+import subprocess
 import sys
-import time
-from typing import Sequence, TextIO
+from typing import Sequence
 
-EXIT_ERROR, EXIT_USAGE, EXIT_MISMATCH = 1, 2, 3
-# Below this many ops the progress display is not worth a line (unless --progress).
-PROGRESS_MIN_OPS = 1000
+from hlo2onnx.command import CHILD_ENV, EXIT_ERROR, PROGRESS_MIN_OPS  # noqa: F401  (light: argparse only)
+from hlo2onnx.files import TEMP_PREFIX
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _opset(text: str) -> int:
-    from hlo2onnx.convert import MAX_OPSET, MIN_OPSET
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not MIN_OPSET <= value <= MAX_OPSET:
-        raise argparse.ArgumentTypeError(f"{value} is outside {MIN_OPSET}..{MAX_OPSET}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from hlo2onnx.convert import DEFAULT_OPSET
-    from hlo2onnx.targets import TARGETS
-
-    parser = _Parser(prog="hlo2onnx", description="Convert StableHLO (text or bytecode), a jax.export "
-                     "artifact or XLA HLO text to an ONNX model. The format is recognized from the content.",
-                     epilog="exit status: 0 done, 1 error, 2 bad usage, 3 --check found a mismatch")
-    parser.add_argument("input", help="the model file; - reads stdin")
-    parser.add_argument("-o", "--output", help="the ONNX file to write (default: the input's name with .onnx; "
-                        "- writes stdout)")
-    parser.add_argument("--opset", type=_opset, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
-    parser.add_argument("--target", choices=sorted(TARGETS), default="ort-cpu",
-                        help="the backend whose ops and dtypes the model may use (default ort-cpu): "
-                        + "; ".join(f"{t.name}: {t.description}" for t in TARGETS.values()))
-    parser.add_argument("--name", help="the ONNX graph's name (default: the module's)")
-    parser.add_argument("--dynamic", action="store_true",
-                        help="keep symbolic dims (jax.export shape polymorphism) as ONNX dim_params")
-    parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
-                        "JAX on the same inputs and print the largest difference")
-    parser.add_argument("--inputs", metavar="NPZ", help="inputs for --check (implies it): arrays named like the "
-                        "ONNX inputs, or arr_0, arr_1 ... in order; default: random, from the signature")
-    parser.add_argument("--report", action="store_true", help="print the op mapping: StableHLO ops by kind, "
-                        "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
-                        "and after, and the nodes the target runs on a fallback")
-    parser.add_argument("--verbose", "-v", action="store_true", help="print the input format and time per stage")
-    parser.add_argument("--progress", action="store_true", help="show translation progress on stderr even when "
-                        f"it is not a terminal or the module is small (default: on a terminal, {PROGRESS_MIN_OPS}+ "
-                        "ops)")
-    parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    return parser
+__all__ = ["main", "EXIT_ERROR", "PROGRESS_MIN_OPS"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The installed `hlo2onnx` entry point; returns the exit status."""
     try:
-        return _run(args)
+        return _supervise(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         _fail("interrupted")
         return 130
-    except Exception as e:
-        if args.debug:
-            raise
-        from hlo2onnx.errors import Hlo2OnnxError
-
-        if isinstance(e, Hlo2OnnxError):
-            _fail(str(e))
-        else:
-            _fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")
+    except OSError as e:  # no pipes or processes left, or the interpreter is gone
+        _fail(f"cannot start the converter process: {e}")
         return EXIT_ERROR
 
 
-def _fail(message: str) -> None:
-    sys.stderr.write(f"hlo2onnx: error: {' '.join(message.split())}\n")
-
-
-def _run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from hlo2onnx.convert import convert
-    from hlo2onnx.errors import Hlo2OnnxError
-
-    output = _output_path(args.input, args.output)
-    inputs = None
-    if args.inputs:
+def _supervise(argv: list[str]) -> int:
+    status_read, status_write = os.pipe()
+    user_stderr = _dup_stderr()
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env[CHILD_ENV] = f"{status_write},{user_stderr}"
+    # The child imports this same hlo2onnx, wherever the parent found it (first on its path, before the cwd).
+    bootstrap = (f"import sys; sys.path.insert(0, {package_root!r}); "
+                 "from hlo2onnx.command import child_main; sys.exit(child_main())")
+    try:
+        child = subprocess.Popen([sys.executable, "-c", bootstrap, *argv], stderr=subprocess.PIPE,
+                                 pass_fds=(status_write, user_stderr), env=env, preexec_fn=_ignore_sigint)
+    finally:
+        os.close(status_write)
+        os.close(user_stderr)
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
         try:
-            with np.load(args.inputs) as npz:
-                inputs = {name: npz[name] for name in npz.files}
-        except (OSError, ValueError) as e:  # missing file, not an npz, pickled objects
-            raise Hlo2OnnxError(f"cannot read --inputs {args.inputs}: {e}") from None
-    progress = _ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
-    conversion = convert(args.input, None if output == "-" else output, target=args.target, opset=args.opset,
-                         name=args.name, dynamic=args.dynamic, progress=progress)
-    if output == "-":
-        sys.stdout.buffer.write(conversion.to_proto().SerializeToString())
-        sys.stdout.flush()
-    # Results go to stdout, unless the model itself does.
-    results = sys.stderr if output == "-" else sys.stdout
-    if args.verbose:
-        _print_verbose(conversion, output)
-    if args.report:
-        print(conversion.report(), file=results)
-    status = 0
-    if args.check or inputs is not None:
-        start = time.perf_counter()
-        result = conversion.check(inputs)
-        conversion.timings["check"] = time.perf_counter() - start
-        print(result.summary(), file=results)
-        if args.verbose:
-            print(f"  check      {_ms(conversion.timings['check'])}", file=sys.stderr)
-        status = 0 if result.ok else EXIT_MISMATCH
+            _, noise = child.communicate()
+        except BaseException:  # Ctrl-C or SIGTERM: the child ignores SIGINT, so this process ends it
+            child.kill()
+            child.wait()
+            _remove_temporaries(_read_status(status_read), child.pid)
+            raise
+        status = _read_status(status_read)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        os.close(status_read)
+    code = child.returncode
+    if code < 0 and status.get("reported", "").isdigit():
+        # The outcome was reported (and the output written) before the crash: jaxlib at interpreter exit.
+        return int(status["reported"])
+    if code < 0:  # killed by a signal: jaxlib aborted (SIGABRT) or overflowed its stack (SIGSEGV)
+        _remove_temporaries(status, child.pid)
+        stage = status.get("stage")
+        if stage is None:
+            _fail(f"{_input_name(status)}: the parser crashed ({_signal_name(-code)}); the input is malformed "
+                  "or nested deeper than jaxlib's parsers handle")
+        else:  # converted; ONNX Runtime or JAX died running it, or the write did
+            _fail(f"{_input_name(status)}: the converter crashed during {stage} ({_signal_name(-code)})")
+        return EXIT_ERROR
+    if "reported" not in status:  # died in Python start-up or exited without a word
+        last = next((line for line in reversed(noise.decode(errors="replace").splitlines()) if line.strip()), "")
+        _fail(f"{_input_name(status)}: the converter exited with status {code}" + (f": {last}" if last else ""))
+        return code or EXIT_ERROR
+    if code == 0 and noise:
+        sys.stderr.buffer.write(noise)  # warnings of a good run, as the converter printed them
+        sys.stderr.flush()
+    return code
+
+
+def _dup_stderr() -> int:
+    """A copy of the user's stderr for the child; /dev/null when stderr is closed (`2>&-`)."""
+    try:
+        return os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return os.open(os.devnull, os.O_WRONLY)
+
+
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt  # ends the child and removes its files, as Ctrl-C does
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _read_status(fd: int) -> dict[str, str]:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    status = {}
+    for line in b"".join(chunks).decode(errors="replace").splitlines():
+        key, _, value = line.partition(" ")
+        status[key] = value
     return status
 
 
-def _output_path(source: str, output: str | None) -> str:
-    from hlo2onnx.errors import Hlo2OnnxError
-
-    if output is not None:
-        return output
-    if source == "-":
-        raise Hlo2OnnxError("reading stdin needs -o/--output")
-    root, ext = os.path.splitext(source)
-    if ext == ".onnx":
-        raise Hlo2OnnxError(f"{source} would be overwritten; give -o/--output")
-    return root + ".onnx"
+def _input_name(status: dict[str, str]) -> str:
+    name = status.get("input")
+    return "stdin" if name == "-" else name or "the input"
 
 
-def _print_verbose(conversion, output: str) -> None:
-    from hlo2onnx.convert import FORMATS
-
-    nodes = sum(1 for _ in conversion.model.graph.all_nodes())
-    print(f"hlo2onnx: {FORMATS.get(conversion.format, conversion.format)}: {sum(conversion.op_counts.values())} "
-          f"StableHLO ops -> {nodes} ONNX nodes, wrote {'stdout' if output == '-' else output}", file=sys.stderr)
-    for stage, seconds in conversion.timings.items():
-        print(f"  {stage:<10} {_ms(seconds)}", file=sys.stderr)
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number}, {signal.Signals(number).name}"
+    except ValueError:
+        return f"signal {number}"
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:8.1f} ms"
-
-
-class _ProgressLine:
-    """`translating: 1200/8500 ops (14%)`, rewritten in place on stderr."""
-
-    def __init__(self, stream: TextIO, forced: bool):
-        self._stream = stream
-        self._forced = forced
-        self._shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self._forced and total < PROGRESS_MIN_OPS:
+def _remove_temporaries(status: dict[str, str], pid: int) -> None:
+    """The child's half-written files: temporaries carry its process id (hlo2onnx.files)."""
+    source, output = status.get("input", ""), status.get("output", "")
+    if not output:
+        if not source or source == "-":
             return
-        percent = 100 * done // max(total, 1)
-        self._stream.write(f"\rtranslating: {done}/{total} ops ({percent}%)")
-        self._shown = True
-        if done >= total:
-            self._stream.write("\n")
-        self._stream.flush()
+        output = os.path.splitext(source)[0] + ".onnx"
+    if output == "-":
+        return
+    folder = os.path.dirname(os.path.abspath(output))
+    prefix = f"{TEMP_PREFIX}{pid}-"
+    try:
+        names = [name for name in os.listdir(folder) if name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
+
+
+def _fail(message: str) -> None:
+    try:
+        sys.stderr.write(f"hlo2onnx: error: {' '.join(message.split())}\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # stderr closed: the exit status still tells
+        pass

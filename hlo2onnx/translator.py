@@ -75,7 +75,7 @@ class Translator:
         inputs = []
         used_names: set[str] = set()
         for i, arg in enumerate(block.arguments):
-            value = ir.Value(name=_unique(_arg_name(arg, i), used_names))
+            value = ir.Value(name=unique_name(arg_name(arg, i), used_names))
             set_type(value, self._type_of(arg, "func.func"))
             inputs.append(value)
         graph.inputs.extend(inputs)
@@ -91,7 +91,7 @@ class Translator:
                 copy = b.op("Identity", value)
                 copy.type, copy.shape = value.type, value.shape
                 value = copy
-            value.name = _unique(f"out{i}", used_names)
+            value.name = unique_name(f"out{i}", used_names)
             outputs.append(value)
         return outputs
 
@@ -183,7 +183,8 @@ def _empty(ttype: TensorType) -> bool:
     return 0 in ttype.shape and min(ttype.shape) >= 0
 
 
-def _arg_name(arg: mlir.BlockArgument, index: int) -> str:
+def arg_name(arg: mlir.BlockArgument, index: int) -> str:
+    """The ONNX input name of a function argument: its source name when JAX kept one, else `in<index>`."""
     # JAX names arguments through their location: loc("x") or loc("params['w']").
     match = re.match(r'loc\("([^"]+)"\)$', str(arg.location))
     if match and _IDENTIFIER.match(match.group(1)):
@@ -191,7 +192,9 @@ def _arg_name(arg: mlir.BlockArgument, index: int) -> str:
     return f"in{index}"
 
 
-def _unique(name: str, used: set[str]) -> str:
+def unique_name(name: str, used: set[str]) -> str:
+    """`name`, or `name_1`, `name_2` ... the first not in `used`; records it there (graph inputs and outputs
+    need distinct names)."""
     candidate, n = name, 0
     while candidate in used:
         n += 1

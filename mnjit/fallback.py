@@ -37,7 +37,7 @@ import hlo2onnx
 from hlo2onnx import targets as target_table
 from hlo2onnx.errors import source_line
 from mnjit import device
-from mnjit.files import save_model
+from hlo2onnx.files import save_model
 
 XLA = "xla"
 # Call-like primitives whose body is evaluated as-is outside differentiation: inlined, so that one

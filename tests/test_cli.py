@@ -18,8 +18,8 @@ import pytest
 from jax import export
 
 import hlo2onnx
-from hlo2onnx.cli import PROGRESS_MIN_OPS, _ProgressLine, main
-from hlo2onnx.convert import FORMATS as FORMAT_NAMES
+from hlo2onnx.command import PROGRESS_MIN_OPS, _ProgressLine, main
+from hlo2onnx.loading import FORMATS as FORMAT_NAMES
 from harness import check_model, rand
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -271,6 +271,8 @@ BAD_INPUTS = {
     "empty": (lambda: b"", "the input is empty"),
     "whitespace": (lambda: b"  \n\n", "the input is empty"),
     "no-main": (lambda: b"func.func @other() {\n  return\n}\n", "no function @main"),
+    # ORT refuses a graph without outputs: converting it must fail, not write an unloadable model.
+    "no-results": (lambda: b"func.func @main(%a: tensor<2xf32>) {\n  return\n}\n", "@main has no results"),
 }
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from harness import rand
-from hlo2onnx.cli import main
+from hlo2onnx.command import main
 from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
 from mnjit import mnjit
 

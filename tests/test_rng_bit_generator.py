@@ -17,7 +17,7 @@ import pytest
 
 import hlo2onnx
 from harness import Case, check_model, run_case
-from hlo2onnx.convert import _reference
+from hlo2onnx.check import reference_runner
 from hlo2onnx.errors import UnsupportedOpError
 from mnjit import mnjit
 
@@ -152,7 +152,7 @@ def test_module_forms(algorithm: str, words: int, out: str, key: list[int]) -> N
     state = np.array(key, np.uint64)
     session = ort.InferenceSession(conversion.to_proto().SerializeToString(), providers=["CPUExecutionProvider"])
     actual = session.run(None, {session.get_inputs()[0].name: state})
-    expected = _reference(conversion.loaded)([state])
+    expected = reference_runner(conversion.loaded)([state])
     assert actual[1].dtype.itemsize == expected[1].dtype.itemsize
     np.testing.assert_array_equal(actual[0], expected[0])
     np.testing.assert_array_equal(actual[1].view(expected[1].dtype), expected[1])

@@ -18,7 +18,7 @@ import onnx_ir as ir
 import pytest
 
 from harness import assert_same
-from mnjit import files as mnjit_files
+from hlo2onnx import files as hlo2onnx_files
 from mnjit import mnjit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +169,7 @@ def test_save_external_data_and_atomic_failure(tmp_path, monkeypatch):
     out = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {
         model.graph.input[0].name: np.ones((2, 64), np.float32)})[0]
     np.testing.assert_allclose(out, np.ones((2, 64)) @ w.reshape(64, 64), rtol=1e-6)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".mnjit-")]  # no temporaries left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(hlo2onnx_files.TEMP_PREFIX)]  # no temporaries left
 
     before = path.read_bytes()
 
@@ -180,11 +180,11 @@ def test_save_external_data_and_atomic_failure(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         lowered.save(path)
     assert path.read_bytes() == before
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".mnjit-")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(hlo2onnx_files.TEMP_PREFIX)]
 
 
 def test_weights_over_the_protobuf_limit_go_to_external_data(tmp_path, monkeypatch):
-    monkeypatch.setattr(mnjit_files, "PROTOBUF_LIMIT", 1000)  # stands for 2 GB; the real case is in `make stress`
+    monkeypatch.setattr(hlo2onnx_files, "PROTOBUF_LIMIT", 1000)  # stands for 2 GB; the real case is in `make stress`
     w = np.arange(4096, dtype=np.float32)
     lowered = mnjit(lambda x: x * w).lower(jnp.ones(4096))
     lowered.save(tmp_path / "big.onnx")

@@ -9,7 +9,7 @@ import pytest
 
 import hlo2onnx
 from harness import Case, rand, run_case
-from hlo2onnx.cli import main
+from hlo2onnx.command import main
 from hlo2onnx.targets import ORT_CPU
 from hlo2onnx.targets import CORE, ORT_CUDA, TARGETS, TargetError, validate
 from mnjit import mnjit

@@ -4,21 +4,28 @@ from __future__ import annotations
 import os
 import tempfile
 
-import onnx_ir as ir
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # onnx_ir loads on use: hlo2onnx.cli imports this module and must start fast
+    import onnx_ir as ir
 
 # protobuf cannot serialize a message of 2 GiB or more; leave room for the graph itself.
 PROTOBUF_LIMIT = 2**31 - 2**24
+# Temporary files start with this (and the writing process's id, so a parent can clean up after a crashed child).
+TEMP_PREFIX = ".hlo2onnx-"
 
 
 def weight_bytes(model: ir.Model) -> int:
+    """The bytes of the model's initializers: what decides whether it fits one protobuf message."""
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
-def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | None = None) -> None:
+def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | None = None) -> str | None:
     """Saves `model` to `path`; weights go to `external_data` (relative to path's folder) when given or needed.
 
     Both files are written under temporary names in the destination folder and renamed only once complete,
-    so a failure never leaves a partial or changed file.
+    so a failure never leaves a partial or changed file. Returns the weights file's name (None: no weights
+    file). Raises ValueError for an external_data name that is not a plain file name.
     """
     path = os.fspath(path)
     if external_data is None and weight_bytes(model) >= PROTOBUF_LIMIT:
@@ -27,6 +34,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
     temporaries: list[str] = []
     try:
         model_tmp = _temporary(folder, temporaries)
+        import onnx_ir as ir
+
         if external_data is None:
             ir.save(model, model_tmp)
         else:
@@ -39,6 +48,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
             _rename_external(model_tmp, os.path.basename(data_tmp), external_data)
             os.replace(data_tmp, os.path.join(folder, external_data))
         os.replace(model_tmp, path)
+        return external_data
     finally:
         for name in temporaries:
             if os.path.exists(name):
@@ -46,7 +56,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
 
 
 def _temporary(folder: str, temporaries: list[str]) -> str:
-    handle, name = tempfile.mkstemp(dir=folder, prefix=".mnjit-", suffix=".tmp")
+    handle, name = tempfile.mkstemp(dir=folder, prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp")
     os.close(handle)
     temporaries.append(name)
     return name

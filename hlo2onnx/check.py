@@ -1,0 +1,204 @@
+"""The numerical check behind `hlo2onnx --check`: the ONNX model in ONNX Runtime against the source in JAX.
+
+    print(hlo2onnx.convert("model.mlir").check().summary())
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+import onnx_ir as ir
+from jax.extend.mlir import ir as mlir
+
+from hlo2onnx.errors import Hlo2OnnxError
+from hlo2onnx.loading import Loaded, function
+
+if TYPE_CHECKING:
+    from hlo2onnx.conversion import Conversion
+
+
+class CheckError(Hlo2OnnxError):
+    """--check could not run the model (as opposed to finding a mismatch)."""
+
+
+# (rtol, atol): ONNX Runtime and XLA may order float arithmetic differently.
+_CHECK_TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-4, 1e-5),
+                    "float64": (1e-10, 1e-12)}
+
+
+@dataclass
+class CheckResult:
+    """ONNX Runtime against JAX on the same inputs."""
+
+    max_abs_error: float
+    runs: int
+    outputs: int
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        runs = f" over {self.runs} runs" if self.runs > 1 else ""
+        verdict = "ok" if self.ok else "MISMATCH: " + "; ".join(self.problems)
+        return f"check: max abs error {self.max_abs_error:.3g} on {self.outputs} output(s){runs}: {verdict}"
+
+
+def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
+          sizes: Sequence[int] = (2, 5), seed: int = 0) -> CheckResult:
+    """Runs the ONNX model in ONNX Runtime and the source module in JAX; compares the outputs.
+
+    Without `inputs`, random ones are made from the signature; symbolic dims
+    take each value of `sizes` in turn (one run per size).
+    """
+    import onnxruntime as ort
+
+    specs = [(v.name, tuple(v.shape), v.dtype.numpy()) for v in conversion.model.graph.inputs]
+    if inputs is not None:
+        feeds = [_given_inputs(specs, inputs)]
+    else:
+        symbolic = {d.value for _, shape, _ in specs for d in shape if isinstance(d, ir.SymbolicDim)}
+        if None in symbolic or any(not s.isidentifier() for s in symbolic if s is not None):
+            raise CheckError("cannot make inputs for dynamic dims without plain names; give the inputs")
+        rng = np.random.default_rng(seed)
+        feeds = [[_random(rng, _concrete(shape, size), dtype) for _, shape, dtype in specs]
+                 for size in (sizes if symbolic else sizes[:1])]
+    try:
+        session = ort.InferenceSession(conversion.to_proto().SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    except Exception as e:  # ORT's errors are one long line with a code prefix
+        raise CheckError(f"ONNX Runtime rejected the model: {' '.join(str(e).split())}") from None
+    reference = reference_runner(conversion.loaded)
+    max_error, problems, outputs = 0.0, [], 0
+    for arrays in feeds:
+        results = session.run_with_ort_values(None, {name: _ort_value(a, ort) for (name, _, _), a in zip(specs, arrays)})
+        actual = [_from_ort_value(value) for value in results]
+        expected = reference(arrays)
+        outputs = len(expected)
+        if len(actual) != len(expected):
+            problems.append(f"{len(actual)} outputs, JAX gives {len(expected)}")
+            continue
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            error, problem = _compare(np.asarray(a), np.asarray(e))
+            max_error = max(max_error, error)
+            if problem:
+                problems.append(f"output {i}: {problem}")
+    return CheckResult(max_error, len(feeds), outputs, problems)
+
+
+def _ort_value(array: np.ndarray, ort):
+    """An ORT input; numpy-only ORT cannot take ml_dtypes arrays (bfloat16 is "Numpy_type 256"), so those
+    go in as their bits with the ONNX type named."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
+        onnx_type = int(ir.DataType.from_numpy(array.dtype))
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(f"u{array.dtype.itemsize}"), onnx_type)
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def _from_ort_value(value) -> np.ndarray:
+    """An ORT output as numpy; ml_dtypes outputs go through DLPack (ORT's .numpy() cannot make them)."""
+    try:
+        return np.asarray(value.numpy())
+    except Exception:  # bfloat16 and the float8 types: jax reads their DLPack type
+        return np.asarray(jax.dlpack.from_dlpack(value))
+
+
+def _given_inputs(specs, inputs) -> list[np.ndarray]:
+    if isinstance(inputs, Mapping):
+        names = [name for name, _, _ in specs]
+        if all(name in inputs for name in names):
+            arrays = [inputs[name] for name in names]
+        elif all(f"arr_{i}" in inputs for i in range(len(names))):  # np.savez(path, *arrays)
+            arrays = [inputs[f"arr_{i}"] for i in range(len(names))]
+        else:
+            raise CheckError(f"the inputs must be named {', '.join(names)} (or arr_0 ... arr_{len(names) - 1})")
+    else:
+        arrays = list(inputs)
+    if len(arrays) != len(specs):
+        raise CheckError(f"the model takes {len(specs)} inputs, {len(arrays)} given")
+    arrays = [np.asarray(a) for a in arrays]
+    for (name, shape, dtype), a in zip(specs, arrays):
+        fits = len(shape) == a.ndim and all(not isinstance(d, int) or d == n for d, n in zip(shape, a.shape))
+        if a.dtype != dtype or not fits:
+            want = f"{dtype}[{','.join(str(d) for d in shape)}]"
+            raise CheckError(f"input {name} must be {want}, got {a.dtype}[{','.join(map(str, a.shape))}]")
+    return arrays
+
+
+def _concrete(shape, size: int) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else size for d in shape)
+
+
+def _random(rng: np.random.Generator, shape, dtype: np.dtype) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.random(shape) > 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, 4, shape).astype(dtype)  # small: may be indices or shifts
+    if dtype.kind == "c":
+        return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(dtype)
+    return rng.uniform(-1, 1, shape).astype(dtype)
+
+
+def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    """A function running the source module in JAX, on the flat ONNX inputs."""
+    exported = loaded.exported
+    if exported is not None:
+        def run_exported(arrays):
+            args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, arrays)
+            with jax.enable_x64(True):
+                return [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*args, **kwargs))]
+        return _reference_errors(run_exported)
+    # A plain module: compiled by jax's own backend, as jax.jit would.
+    import jax.extend.backend as jax_backend
+
+    with loaded.module.context:
+        if not all(mlir.RankedTensorType(a.type).has_static_shape
+                   for a in function(loaded.module, "main").regions[0].blocks[0].arguments):
+            raise CheckError("--check on dynamic shapes needs a jax.export artifact (or give static inputs)")
+        text = str(loaded.module)
+    with jax.enable_x64(True):
+        backend = jax_backend.get_backend("cpu")
+        try:
+            executable = backend.compile_and_load(text, backend.devices()[:1], jax_backend.get_compile_options(1, 1))
+        except Exception as e:
+            raise CheckError(f"JAX cannot compile the module: {' '.join(str(e).split())[:300]}") from None
+
+    def run_module(arrays):
+        with jax.enable_x64(True):
+            device = backend.devices()[0]
+            results = executable.execute_sharded([jax.device_put(a, device) for a in arrays])
+            return [np.asarray(shards[0]) for shards in results.disassemble_into_single_device_arrays()]
+    return _reference_errors(run_module)
+
+
+def _reference_errors(run: Callable[[list[np.ndarray]], list[np.ndarray]]):
+    def guarded(arrays):
+        try:
+            return run(arrays)
+        except Exception as e:
+            raise CheckError(f"JAX failed to run the module: {' '.join(str(e).split())[:300]}") from None
+    return guarded
+
+
+def _compare(actual: np.ndarray, expected: np.ndarray) -> tuple[float, str | None]:
+    if actual.shape != expected.shape:
+        return 0.0, f"shape {actual.shape}, JAX gives {expected.shape}"
+    if actual.dtype != expected.dtype:
+        return 0.0, f"dtype {actual.dtype}, JAX gives {expected.dtype}"
+    if actual.size == 0:
+        return 0.0, None
+    if actual.dtype.kind in "biu":
+        error = float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64))))
+        return error, None if error == 0 else f"{int(np.sum(actual != expected))} elements differ"
+    a = actual.astype(np.complex128 if actual.dtype.kind == "c" else np.float64)
+    e = expected.astype(a.dtype)
+    both_nan = np.isnan(a) & np.isnan(e)
+    diff = np.where(both_nan, 0, np.abs(a - e))
+    error = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
+    rtol, atol = _CHECK_TOLERANCE.get(actual.dtype.name, (1e-4, 1e-5))
+    bad = int(np.sum(~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)))
+    return error, f"{bad} elements beyond rtol={rtol:g}, atol={atol:g}" if bad else None

@@ -1,0 +1,269 @@
+"""The work of the `hlo2onnx` command, run in-process: parse arguments, convert, check, write.
+
+`hlo2onnx.cli.main` (the installed command) runs this module in a child
+process, so that jaxlib's parsers aborting on malformed input cannot take the
+command down with them; `main` here is the same command without that guard.
+
+Every failure is one line on stderr and a non-zero exit status (a Python
+traceback only with --debug). Exit status: 0 done, 1 error, 2 bad usage,
+3 --check found a mismatch, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Callable, Sequence, TextIO
+
+from hlo2onnx.errors import Hlo2OnnxError  # light: the package loads jax only on demand
+
+EXIT_ERROR, EXIT_USAGE, EXIT_MISMATCH = 1, 2, 3
+# Below this many ops the progress display is not worth a line (unless --progress).
+PROGRESS_MIN_OPS = 1000
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _opset(text: str) -> int:
+    from hlo2onnx.pipeline import MAX_OPSET, MIN_OPSET
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not MIN_OPSET <= value <= MAX_OPSET:
+        raise argparse.ArgumentTypeError(f"{value} is outside {MIN_OPSET}..{MAX_OPSET}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hlo2onnx.pipeline import DEFAULT_OPSET
+    from hlo2onnx.targets import TARGETS
+
+    parser = _Parser(prog="hlo2onnx", description="Convert StableHLO (text or bytecode), a jax.export "
+                     "artifact or XLA HLO text to an ONNX model. The format is recognized from the content.",
+                     epilog="exit status: 0 done, 1 error, 2 bad usage, 3 --check found a mismatch, 130 interrupted. "
+                     "The output file is replaced only when everything (--check included) succeeded.")
+    parser.add_argument("input", help="the model file; - reads stdin")
+    parser.add_argument("-o", "--output", help="the ONNX file to write (default: the input's name with .onnx; "
+                        "- writes stdout)")
+    parser.add_argument("--external-data", metavar="NAME", help="write the weights to the file NAME beside the "
+                        "model (ONNX external data); done anyway, as <output>.data, when the model passes "
+                        "protobuf's 2 GB limit")
+    parser.add_argument("--opset", type=_opset, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    parser.add_argument("--target", choices=sorted(TARGETS), default="ort-cpu",
+                        help="the backend whose ops and dtypes the model may use (default ort-cpu): "
+                        + "; ".join(f"{t.name}: {t.description}" for t in TARGETS.values()))
+    parser.add_argument("--name", help="the ONNX graph's name (default: the module's)")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="keep symbolic dims (jax.export shape polymorphism) as ONNX dim_params")
+    parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
+                        "JAX on the same inputs and print the largest difference")
+    parser.add_argument("--inputs", metavar="NPZ", help="inputs for --check (implies it): arrays named like the "
+                        "ONNX inputs, or arr_0, arr_1 ... in order; default: random, from the signature")
+    parser.add_argument("--report", action="store_true", help="print the op mapping: StableHLO ops by kind, "
+                        "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
+                        "and after, and the nodes the target runs on a fallback")
+    parser.add_argument("--verbose", "-v", action="store_true", help="print the input format and time per stage")
+    parser.add_argument("--progress", action="store_true", help="show translation progress on stderr even when "
+                        f"it is not a terminal or the module is small (default: on a terminal, {PROGRESS_MIN_OPS}+ "
+                        "ops)")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None] | None = None) -> int:
+    """Runs the command in this process; returns the exit status.
+
+    `announce(key, value)` is told the input and output paths once known
+    (the supervising parent names them if this process crashes).
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        if announce is not None:
+            announce("input", args.input)
+            announce("output", args.output or "")
+        code = _run(args, announce or (lambda key, value: None))
+        sys.stdout.flush()  # a closed stdout shows here, where it is handled, not at interpreter exit
+        return code
+    except KeyboardInterrupt:
+        _fail("interrupted")
+        return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+    except Exception as e:
+        if args.debug:
+            raise
+        if isinstance(e, Hlo2OnnxError):
+            _fail(str(e))
+        else:
+            _fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")
+        return EXIT_ERROR
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`hlo2onnx ... --report | head -1`): what it wanted it has; end
+    quietly. Later writes (the interpreter's final flush) go to /dev/null instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
+# Longer messages are cut: an error quoting a pathological input (a type nested 20000 deep) stays readable.
+MAX_MESSAGE = 2000
+
+
+def _fail(message: str) -> None:
+    message = " ".join(message.split())
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + f" ... ({len(message) - MAX_MESSAGE} more characters)"
+    sys.stderr.write(f"hlo2onnx: error: {message}\n")
+
+
+def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
+    from hlo2onnx.conversion import convert
+
+    output = _output_path(args.input, args.output)
+    if output == "-" and args.external_data:
+        raise Hlo2OnnxError("--external-data needs an output file (-o FILE), not stdout")
+    inputs = _read_inputs(args.inputs) if args.inputs else None
+    progress = _ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
+    conversion = convert(args.input, None, target=args.target, opset=args.opset, name=args.name,
+                         dynamic=args.dynamic, progress=progress)
+    # Everything that can fail runs before the output is written: a failed run leaves the old file as it was.
+    result = None
+    if args.check or inputs is not None:
+        announce("stage", "check")
+        start = time.perf_counter()
+        result = conversion.check(inputs)
+        conversion.timings["check"] = time.perf_counter() - start
+    announce("stage", "write")
+    start = time.perf_counter()
+    if output == "-":
+        _write_stdout(conversion)
+    else:
+        _save(conversion, output, args.external_data)
+    conversion.timings["save"] = time.perf_counter() - start
+    # Results go to stdout, unless the model itself does.
+    results = sys.stderr if output == "-" else sys.stdout
+    if args.verbose:
+        _print_verbose(conversion, output)
+    if args.report:
+        print(conversion.report(), file=results)
+    if result is None:
+        return 0
+    print(result.summary(), file=results)
+    return 0 if result.ok else EXIT_MISMATCH
+
+
+def _read_inputs(path: str) -> dict:
+    import numpy as np
+
+    try:
+        with np.load(path) as npz:
+            return {name: npz[name] for name in npz.files}
+    except Exception as e:  # missing file, not an npz, truncated (BadZipFile, EOFError, zlib), pickled objects
+        detail = str(e) or type(e).__name__
+        raise Hlo2OnnxError(f"cannot read --inputs {path}: {' '.join(detail.split())}") from None
+
+
+def _save(conversion, output: str, external_data: str | None) -> None:
+    from hlo2onnx.files import PROTOBUF_LIMIT, weight_bytes
+
+    size = weight_bytes(conversion.model)
+    written = conversion.save(output, external_data)
+    if written and not external_data:
+        sys.stderr.write(f"hlo2onnx: note: the weights ({size / 2**30:.2f} GiB) pass protobuf's "
+                         f"{PROTOBUF_LIMIT / 2**30:.0f} GiB limit: wrote them to {written} beside {output}\n")
+
+
+def _write_stdout(conversion) -> None:
+    from hlo2onnx.files import PROTOBUF_LIMIT, weight_bytes
+
+    if weight_bytes(conversion.model) >= PROTOBUF_LIMIT:
+        raise Hlo2OnnxError("the model passes protobuf's 2 GB limit and needs external data: give -o FILE")
+    data = conversion.to_proto().SerializeToString()
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_closed()
+        raise Hlo2OnnxError("stdout was closed before the model was written") from None
+
+
+def _output_path(source: str, output: str | None) -> str:
+    if output is not None:
+        return output
+    if source == "-":
+        raise Hlo2OnnxError("reading stdin needs -o/--output")
+    root, ext = os.path.splitext(source)
+    if ext == ".onnx":
+        raise Hlo2OnnxError(f"{source} would be overwritten; give -o/--output")
+    return root + ".onnx"
+
+
+def _print_verbose(conversion, output: str) -> None:
+    from hlo2onnx.loading import FORMATS
+
+    nodes = sum(1 for _ in conversion.model.graph.all_nodes())
+    print(f"hlo2onnx: {FORMATS.get(conversion.format, conversion.format)}: {sum(conversion.op_counts.values())} "
+          f"StableHLO ops -> {nodes} ONNX nodes, wrote {'stdout' if output == '-' else output}", file=sys.stderr)
+    for stage, seconds in conversion.timings.items():
+        print(f"  {stage:<10} {_ms(seconds)}", file=sys.stderr)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.1f} ms"
+
+
+class _ProgressLine:
+    """`translating: 1200/8500 ops (14%)`, rewritten in place on stderr."""
+
+    def __init__(self, stream: TextIO, forced: bool):
+        self._stream = stream
+        self._forced = forced
+        self._shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self._forced and total < PROGRESS_MIN_OPS:
+            return
+        percent = 100 * done // max(total, 1)
+        self._stream.write(f"\rtranslating: {done}/{total} ops ({percent}%)")
+        self._shown = True
+        if done >= total:
+            self._stream.write("\n")
+        self._stream.flush()
+
+
+# -- the child side of hlo2onnx.cli --------------------------------------------------------------------
+CHILD_ENV = "HLO2ONNX_CHILD_FDS"  # "<status fd>,<stderr fd>", set by hlo2onnx.cli for its child
+
+
+def child_main() -> int:
+    """The command as hlo2onnx.cli's child runs it.
+
+    fd 2 is a pipe the parent reads: what jaxlib's C++ code prints there when
+    it aborts never reaches the user. Python's own messages (errors, progress,
+    --debug tracebacks) go to the user's stderr, passed in as another fd.
+    """
+    status_fd, stderr_fd = (int(fd) for fd in os.environ.pop(CHILD_ENV).split(","))
+    sys.stderr = open(stderr_fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=True)
+    status = open(status_fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=True)
+
+    def announce(key: str, value: str) -> None:
+        status.write(f"{key} {' '.join(value.split())}\n")
+
+    code = EXIT_ERROR
+    try:
+        code = main(sys.argv[1:], announce)
+        return code
+    except SystemExit as e:  # argparse's --help and usage errors, their message printed
+        code = e.code if isinstance(e.code, int) else EXIT_USAGE if e.code else 0
+        raise
+    finally:  # the outcome, good or bad, is on the user's stderr already
+        status.write(f"reported {code}\n")

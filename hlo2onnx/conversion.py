@@ -1,0 +1,110 @@
+"""Converting a saved model without its Python source: the API behind the `hlo2onnx` command.
+
+    conversion = hlo2onnx.convert("model.mlir", "model.onnx")
+    print(conversion.check().summary())
+
+Reading is in `loading`, translation in `pipeline`, the numerical check in
+`check`. `convert` runs jaxlib's parsers in this process: on malformed binary
+input they can abort it (docs/formats.md); the `hlo2onnx` command contains
+that by converting in a child process.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from jax import export
+from jax.extend.mlir import ir as mlir
+
+from hlo2onnx import pipeline
+from hlo2onnx.check import CheckError, CheckResult, check
+from hlo2onnx.errors import Hlo2OnnxError
+from hlo2onnx.files import save_model
+from hlo2onnx.loading import (FORMATS, Loaded, check_signature, exported_adjuster, from_exported, load,
+                              module_name, quiet_context, read_source)
+from hlo2onnx.patterns import Report
+from hlo2onnx.pipeline import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, Progress, timed
+from hlo2onnx.report import ConversionReport
+from hlo2onnx.targets import Target
+from hlo2onnx.targets import Violation
+
+__all__ = ["convert", "Conversion", "CheckError", "CheckResult", "DEFAULT_OPSET", "MIN_OPSET", "MAX_OPSET",
+           "FORMATS", "Loaded"]
+
+
+@dataclass
+class Conversion:
+    """The result of `convert`: the ONNX model and what was learned on the way."""
+
+    model: ir.Model
+    loaded: Loaded
+    op_counts: dict[str, int]
+    timings: dict[str, float] = field(default_factory=dict)
+    optimized: Report | None = None  # what clean-up and fusion did (None: fusion off)
+    target: Target | None = None
+    violations: list[Violation] = field(default_factory=list)  # nodes the target runs on its fallback
+
+    @property
+    def format(self) -> str:
+        return self.loaded.format
+
+    def to_proto(self) -> onnx.ModelProto:
+        return ir.to_proto(self.model)
+
+    def save(self, path: str | os.PathLike, external_data: str | None = None) -> str | None:
+        """Writes the model atomically: a failure leaves any existing file as it was.
+
+        Weights go to `external_data` (a file name beside `path`) when given, and always when the model
+        would pass protobuf's 2 GB limit. Returns the weights file's name, or None when there is none.
+        """
+        try:
+            return save_model(self.model, path, external_data)
+        except OSError as e:
+            raise Hlo2OnnxError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise Hlo2OnnxError(str(e)) from None
+
+    def report(self) -> str:
+        return str(ConversionReport(self.model, self.op_counts, self.optimized, self.target, self.violations))
+
+    def check(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
+              sizes: Sequence[int] = (2, 5), seed: int = 0) -> CheckResult:
+        return check(self, inputs, sizes=sizes, seed=seed)
+
+
+def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
+            output: str | os.PathLike | None = None, *, target: str | Target = "ort-cpu",
+            opset: int = DEFAULT_OPSET, name: str | None = None, dynamic: bool = False, fuse: bool = True,
+            progress: Progress | None = None) -> Conversion:
+    """Converts a saved model to ONNX; writes it to `output` (atomically) when given.
+
+    `source` is a path (`-` for stdin), the file's bytes, an in-memory module
+    or a `jax.export.Exported`. `dynamic` keeps symbolic dims (jax.export shape
+    polymorphism) as ONNX dim_params; without it such inputs are rejected.
+    `progress(done, total)` is called while ops are translated.
+    """
+    pipeline.check_opset(opset)
+    timings: dict[str, float] = {}
+    with timed(timings, "read"):
+        data = source if isinstance(source, (bytes, bytearray, mlir.Module, export.Exported)) \
+            else read_source(source)
+    with timed(timings, "parse"):
+        if isinstance(data, mlir.Module):
+            loaded = Loaded("module", data, module_name(data))
+        elif isinstance(data, export.Exported):
+            loaded = from_exported(data, quiet_context())
+        else:
+            loaded = load(data)
+    check_signature(loaded, dynamic)
+    result = pipeline.run(loaded.module, target=target, opset=opset, name=name or loaded.name, fuse=fuse,
+                          progress=progress, timings=timings, adjust=exported_adjuster(loaded))
+    conversion = Conversion(result.model, loaded, result.op_counts, timings, result.optimized, result.target,
+                            result.violations)
+    if output is not None:
+        with timed(timings, "save"):
+            conversion.save(output)
+    return conversion

@@ -1,0 +1,259 @@
+"""Reading a saved model: the input format is recognized from the content, never the file name.
+
+Inputs: StableHLO text (`Lowered.as_text()`), MLIR bytecode (portable
+artifacts included), `jax.export` serialized artifacts and pre-optimization
+XLA HLO text (`Lowered.as_text(dialect="hlo")`). jaxlib's parsers can abort
+the process on malformed binary input; the `hlo2onnx` command therefore runs
+them in a child process (docs/formats.md).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+import numpy as np
+import onnx_ir as ir
+from jax import export
+from jax.extend import mlir as jax_mlir
+from jax.extend.mlir import ir as mlir
+from jax.extend.mlir import passmanager
+from jax.extend.mlir.dialects import stablehlo
+
+from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
+from hlo2onnx.mlir_io import make_context, parse_module
+from hlo2onnx.translator import arg_name, unique_name
+
+FORMATS = {
+    "stablehlo-text": "StableHLO text",
+    "mlir-bytecode": "MLIR bytecode",
+    "portable-artifact": "StableHLO portable artifact",
+    "jax-export": "jax.export artifact",
+    "hlo-text": "XLA HLO text",
+    "module": "in-memory MLIR module",
+}
+MLIR_MAGIC = b"ML\xefR"
+
+
+@dataclass
+class Loaded:
+    """A module as read from its source, before translation."""
+
+    format: str
+    module: mlir.Module
+    name: str
+    exported: export.Exported | None = None
+
+
+def read_source(source: str | os.PathLike) -> bytes:
+    """The bytes of a file; `-` reads stdin."""
+    if str(source) == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(source, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InvalidInputError(f"cannot read {os.fspath(source)}: {e.strerror or e}") from None
+
+
+def load(data: bytes | str, context: mlir.Context | None = None) -> Loaded:
+    """Recognizes `data` by its content and reads it into a StableHLO module."""
+    data = data.encode() if isinstance(data, str) else bytes(data)
+    if not data.strip():
+        raise InvalidInputError("the input is empty")
+    context = context or quiet_context()
+    if data.startswith(MLIR_MAGIC):
+        portable = b"StableHLO_v" in data[:64]  # the bytecode's producer string
+        module = _read_bytecode(data, context)
+        return Loaded("portable-artifact" if portable else "mlir-bytecode", module, module_name(module))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _load_exported(data, context)
+    if text.lstrip().startswith("HloModule"):
+        return _load_hlo_text(text, context)
+    module = parse_module(text, context)
+    return Loaded("stablehlo-text", module, module_name(module))
+
+
+def quiet_context() -> mlir.Context:
+    """A context whose diagnostics become exceptions, never stderr output."""
+    # MLIR prints diagnostics to stderr unless a handler takes them; errors
+    # reach the user as exceptions instead.
+    context = make_context()
+    context.attach_diagnostic_handler(lambda diagnostic: True)
+    return context
+
+
+def _read_bytecode(data: bytes, context: mlir.Context) -> mlir.Module:
+    # Portable artifacts (VHLO) must be upgraded to StableHLO; plain bytecode goes through the same door.
+    try:
+        with context:
+            return jax_mlir.deserialize_portable_artifact(data)
+    except Exception:  # jaxlib's runtime error says only "failed"; the parser below says why
+        pass
+    module = parse_module(data, context)
+    if _first_op(module).startswith("vhlo."):
+        raise InvalidInputError("cannot upgrade the portable artifact to this jaxlib's StableHLO")
+    return module
+
+
+def _first_op(module: mlir.Module) -> str:
+    ops = list(module.body.operations)
+    return ops[0].operation.name if ops else "none"
+
+
+def _load_exported(data: bytes, context: mlir.Context) -> Loaded:
+    try:
+        exported = export.deserialize(bytearray(data))
+    except Exception:  # flatbuffers fails with struct/index errors on anything else
+        raise InvalidInputError("unrecognized input: not MLIR text or bytecode, XLA HLO text, "
+                                "nor a jax.export artifact") from None
+    return from_exported(exported, context)
+
+
+def from_exported(exported: export.Exported, context: mlir.Context) -> Loaded:
+    """The StableHLO module inside a `jax.export.Exported`, its platform index bound to CPU's."""
+    if exported.ordered_effects:
+        raise Hlo2OnnxError(f"jax.export artifact with ordered effects {exported.ordered_effects} "
+                            "(tokens) is not supported")
+    module = _read_bytecode(bytes(exported.mlir_module_serialized), context)
+    if len(exported.platforms) > 1:
+        platform = "cpu" if "cpu" in exported.platforms else exported.platforms[0]
+        _bind_platform_index(module, exported.platforms.index(platform))
+    return Loaded("jax-export", module, exported.fun_name, exported)
+
+
+def _bind_platform_index(module: mlir.Module, index: int) -> None:
+    """Multi-platform exports take the platform index as main's first argument: fix it, fold the cases."""
+    with module.context, mlir.Location.unknown():
+        block = function(module, "main").regions[0].blocks[0]
+        arg = block.arguments[0]
+        with mlir.InsertionPoint.at_block_begin(block):
+            constant = stablehlo.ConstantOp(mlir.DenseElementsAttr.get(np.asarray(index, np.int32), type=arg.type))
+        arg.replace_all_uses_with(constant.result)
+        passmanager.PassManager.parse("builtin.module(canonicalize)").run(module.operation)
+
+
+def _load_hlo_text(text: str, context: mlir.Context) -> Loaded:
+    from jaxlib import _hlo  # private, and the only HLO text parser jaxlib ships (docs/formats.md)
+
+    try:
+        proto = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+        bytecode = jax_mlir.hlo_to_stablehlo(proto)
+    except Exception as e:  # XLA's status errors: the line with "error:" says where
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        detail = next((line for line in lines if "error:" in line), lines[0] if lines else type(e).__name__)
+        raise InvalidInputError(f"cannot parse HLO text: {detail}") from None
+    module = parse_module(bytecode, context)
+    name = text.lstrip().split(None, 2)[1].rstrip(",")
+    return Loaded("hlo-text", module, name)
+
+
+def module_name(module: mlir.Module) -> str:
+    """The module's sym_name, or `main`."""
+    attributes = module.operation.attributes
+    return mlir.StringAttr(attributes["sym_name"]).value if "sym_name" in attributes else "main"
+
+
+def function(module: mlir.Module | mlir.Operation, name: str) -> mlir.Operation:
+    """The func.func named `name`, or InvalidInputError."""
+    body = module.body if isinstance(module, mlir.Module) else module.regions[0].blocks[0]
+    for op in body.operations:
+        if op.operation.name == "func.func" and mlir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op
+    raise InvalidInputError(f"the module has no function @{name}")
+
+
+def check_signature(loaded: Loaded, dynamic: bool) -> None:
+    """Refuses what would become an invalid model: no results, or symbolic dims without `dynamic`."""
+    with loaded.module.context:
+        main = function(loaded.module, "main")
+        function_type = mlir.FunctionType(mlir.TypeAttr(main.attributes["function_type"]).value)
+        if not function_type.results:
+            # An ONNX graph without outputs is invalid: ORT refuses to load it.
+            raise InvalidInputError("the module's @main has no results; an ONNX model needs at least one output")
+        if dynamic:
+            return
+        types = list(function_type.inputs) + list(function_type.results)
+        dynamic_types = [str(t) for t in types if isinstance(t, mlir.RankedTensorType) and not t.has_static_shape]
+    if dynamic_types:
+        avals = loaded.exported.in_avals if loaded.exported is not None else ()
+        shown = ", ".join(str(a) for a in avals if not all(isinstance(d, int) for d in a.shape)) \
+            or dynamic_types[0]
+        raise Hlo2OnnxError(f"the model has dynamic dimensions ({shown}); convert with --dynamic "
+                            "(dynamic=True) to keep them as ONNX dim_params")
+
+
+
+def match_exported_signature(model: ir.Model, exported: export.Exported, wrapped_names: list[str]) -> None:
+    """Makes the ONNX inputs the artifact's flattened arguments, named as in the source or by tree path.
+
+    Drops the platform index (bound at load time), adds the arguments jax
+    left out of the module as unused inputs, and names symbolic dims.
+    """
+    graph = model.graph
+    inputs = list(graph.inputs)
+    if len(exported.platforms) > 1:
+        inputs = inputs[1:]
+    kept = dict(zip(exported.module_kept_var_idx, inputs))
+    source_names = dict(zip(exported.module_kept_var_idx, wrapped_names))
+    used = {v.name for v in inputs} | {v.name for v in graph.outputs}
+    names = _leaf_names(exported.in_tree, len(exported.in_avals))
+    new_inputs = []
+    for i, aval in enumerate(exported.in_avals):
+        value = kept.get(i) or ir.Value(type=ir.TensorType(ir.DataType.from_numpy(aval.dtype)))
+        if value.name is None or (value.name.startswith("in") and value.name[2:].isdigit()):
+            value.name = unique_name(source_names.get(i) or names[i], used)
+        value.shape = _onnx_shape(aval.shape)
+        new_inputs.append(value)
+    graph.inputs.clear()
+    graph.inputs.extend(new_inputs)
+    for value, aval in zip(graph.outputs, exported.out_avals):
+        value.shape = _onnx_shape(aval.shape)
+
+
+def exported_adjuster(loaded: Loaded) -> Callable[[ir.Model], None] | None:
+    """For a jax.export artifact, the step that gives the model the artifact's signature (else None)."""
+    exported = loaded.exported
+    if exported is None:
+        return None
+    names = _wrapped_arg_names(loaded.module)
+    return lambda model: match_exported_signature(model, exported, names)
+
+
+def _wrapped_arg_names(module: mlir.Module) -> list[str]:
+    """The source names of a shape-polymorphic export's arguments.
+
+    jax.export then wraps the function in `_wrapped_jax_export_main`, which
+    keeps the names main loses, after the dimension variables it receives.
+    """
+    try:
+        wrapped = function(module, "_wrapped_jax_export_main")
+    except InvalidInputError:
+        return []
+    with module.context:
+        arg_attrs = list(wrapped.attributes["arg_attrs"]) if "arg_attrs" in wrapped.attributes else []
+        dim_vars = sum(1 for attrs in arg_attrs if "jax.global_constant" in mlir.DictAttr(attrs))
+        args = list(wrapped.regions[0].blocks[0].arguments)[dim_vars:]
+        names = [arg_name(arg, i) for i, arg in enumerate(args)]
+    return [name if name != f"in{i}" else "" for i, name in enumerate(names)]
+
+
+def _leaf_names(in_tree, count: int) -> list[str]:
+    """`arg0`, `arg1['w']`, `kw['bias']` ... from the (args, kwargs) tree."""
+    paths = jax.tree_util.tree_flatten_with_path(jax.tree_util.tree_unflatten(in_tree, [0] * count))[0]
+    names = []
+    for path, _ in paths:
+        head, rest = path[0], path[1:]
+        if head.idx == 0:  # positional: (SequenceKey(0), SequenceKey(i), ...)
+            names.append(f"arg{rest[0].idx}{jax.tree_util.keystr(rest[1:])}")
+        else:  # keyword: (SequenceKey(1), DictKey(name), ...)
+            names.append(f"{rest[0].key}{jax.tree_util.keystr(rest[1:])}")
+    return names
+
+
+def _onnx_shape(shape) -> ir.Shape:
+    return ir.Shape([d if isinstance(d, int) else str(d) for d in shape])

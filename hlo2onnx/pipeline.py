@@ -1,0 +1,147 @@
+"""The one translation pipeline: opset check, legalize, translate, optimize, target check.
+
+`hlo2onnx.translate_report`, `hlo2onnx.convert` (and so the CLI) and mnjit all
+come through `run`; what differs between them (progress, signature fixes for
+jax.export artifacts, timings) is passed in, never copied.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping
+
+import onnx_ir as ir
+from jax.extend.mlir import ir as mlir
+
+from hlo2onnx import ops  # noqa: F401  (fills the rule table)
+from hlo2onnx import targets
+from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
+from hlo2onnx.mlir_io import prepare
+from hlo2onnx.patterns import optimize_report
+from hlo2onnx.report import ConversionReport
+from hlo2onnx.targets import ORT_CPU, Target
+from hlo2onnx.translator import Translator
+
+DEFAULT_OPSET = 21
+# Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish
+# (ORT 1.32 runs up to 24; see docs/formats.md).
+MIN_OPSET, MAX_OPSET = 18, 24
+# Progress is reported at most this often (seconds).
+PROGRESS_PERIOD = 0.1
+
+Progress = Callable[[int, int], None]
+
+
+class OpsetError(Hlo2OnnxError, ValueError):
+    """An opset outside MIN_OPSET..MAX_OPSET (a ValueError too: mnjit's callers catch that)."""
+
+
+def check_opset(opset: object) -> int:
+    """`opset`, or OpsetError when hlo2onnx cannot write it (ORT would reject the model later)."""
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise OpsetError(f"opset {opset!r} is not supported (choose {MIN_OPSET} to {MAX_OPSET})")
+    return opset
+
+
+def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET, name: str = "main",
+        fuse: bool = True, progress: Progress | None = None, timings: dict[str, float] | None = None,
+        adjust: Callable[[ir.Model], None] | None = None) -> ConversionReport:
+    """Translates `module` (left unchanged) into an ONNX model with its report.
+
+    `adjust(model)` runs inside the module's context right after translation,
+    before optimization (jax.export artifacts rename and reshape inputs there).
+    `timings` receives seconds per stage. Raises TargetError when a strict
+    target cannot run the result.
+    """
+    target = targets.get(target)
+    check_opset(opset)
+    timings = {} if timings is None else timings
+    with timed(timings, "prepare"):
+        try:
+            prepared = prepare(module)
+        except mlir.MLIRError as e:
+            raise InvalidInputError(f"cannot legalize the module: {' '.join(str(e).split())}") from None
+    with timed(timings, "translate"), module.context:
+        translator = ProgressTranslator(prepared, target, opset, progress)
+        model = translator.translate(graph_name=name)
+        if adjust is not None:
+            adjust(model)
+    optimized = None
+    if fuse:
+        with timed(timings, "optimize"):
+            optimized = optimize_report(model, target)
+    violations = targets.check(model, target)  # before anything is written: a strict target refuses here
+    return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
+
+
+def translate(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET,
+              name: str = "main", fuse: bool = True) -> ir.Model:
+    """Translates an in-memory StableHLO module into an onnx-ir Model.
+
+    Raises TargetError when a strict target (`core`) cannot run the result.
+    """
+    return translate_report(module, target=target, opset=opset, name=name, fuse=fuse).model
+
+
+def translate_report(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET,
+                     name: str = "main", fuse: bool = True) -> ConversionReport:
+    """`translate`, keeping what it did: the model is the report's `.model`."""
+    return run(module, target=target, opset=opset, name=name, fuse=fuse)
+
+
+@contextmanager
+def timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    """Adds the seconds the block takes to `timings[stage]`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - start
+
+
+class ProgressTranslator(Translator):
+    """The translator, reporting how many ops it has emitted (for modules with thousands)."""
+
+    def __init__(self, module: mlir.Operation, target: Target, opset: int, progress: Progress | None):
+        super().__init__(module, target, opset)
+        self._progress = progress
+        self._done = 0
+        self._last = 0.0
+        self._total = _count_ops(self.functions, "main", {}) if progress else 0
+
+    def emit_op(self, op, name, inputs, b):
+        outputs = super().emit_op(op, name, inputs, b)
+        if self._progress is not None:
+            self._done += 1
+            now = time.perf_counter()
+            if now - self._last >= PROGRESS_PERIOD:
+                self._last = now
+                self._progress(min(self._done, self._total), self._total)
+        return outputs
+
+    def translate(self, name: str = "main", graph_name: str = "main") -> ir.Model:
+        model = super().translate(name, graph_name)
+        if self._progress is not None:
+            self._progress(self._total, self._total)
+        return model
+
+
+def _count_ops(functions: Mapping[str, mlir.Operation], name: str, memo: dict[str, int]) -> int:
+    """Ops emitted for function `name`, counting each inlined call again (an estimate: bodies of
+    reductions are counted though they are not emitted)."""
+    if name not in memo:
+        memo[name] = 0  # recursion guard
+        memo[name] = _count_region_ops(functions[name].regions[0], functions, memo) if name in functions else 0
+    return memo[name]
+
+
+def _count_region_ops(region: mlir.Region, functions, memo) -> int:
+    total = 0
+    for block in region.blocks:
+        for op in block.operations:
+            total += 1
+            if op.operation.name == "func.call":
+                total += _count_ops(functions, mlir.FlatSymbolRefAttr(op.attributes["callee"]).value, memo)
+            for inner in op.regions:
+                total += _count_region_ops(inner, functions, memo)
+    return total

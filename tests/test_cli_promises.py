@@ -1,0 +1,267 @@
+"""What the `hlo2onnx` command promises (README): crash containment, exit codes, atomic output, external data.
+
+The crash, Ctrl-C and broken-pipe tests run the real command in a subprocess (what they guard against kills
+or interrupts a process); the rest run it in-process. Model outputs are compared with jax.jit.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from hlo2onnx import files
+from hlo2onnx.command import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/work/main/.venv/bin/python" if os.path.exists("/work/main/.venv/bin/python") else sys.executable
+OLD = b"the user's previous model"
+
+
+def model(x, w):
+    return jnp.tanh(x @ w).sum(axis=0)
+
+
+X = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+W = np.linspace(0.5, -0.5, 6, dtype=np.float32).reshape(3, 2)
+
+
+def lowered():
+    return jax.jit(model).lower(X, W)
+
+
+def command(*args, stdout=subprocess.PIPE, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "hlo2onnx", *map(str, args)], cwd=ROOT, stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+def run_in_process(argv, capsys) -> tuple[int, str, str]:
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as e:
+        status = e.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_error_line(code: int, err: str, expected: str) -> None:
+    assert code == 1, err
+    assert err.count("\n") == 1 and err.startswith("hlo2onnx: error: "), err
+    assert expected in err, err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def leftovers(folder) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.startswith(files.TEMP_PREFIX)]
+
+
+# -- crash containment -----------------------------------------------------------------------------------
+def _bytecode_with_bad_op_name() -> bytes:
+    """MLIR bytecode whose op name `tanh` carries a non-UTF-8 byte: jaxlib's reader aborts on it."""
+    import io
+
+    buffer = io.BytesIO()
+    lowered().compiler_ir("stablehlo").operation.write_bytecode(buffer)
+    data = bytearray(buffer.getvalue())
+    i = data.find(b"tanh")
+    data[i + 1] = 0xFF
+    return bytes(data)
+
+
+def _hlo(body: str) -> bytes:
+    return f"HloModule m\n\nENTRY main {{\n{body}\n}}\n".encode()
+
+
+NESTING = 20000
+CRASHING_INPUTS = {  # each one kills an unguarded process with SIGABRT or SIGSEGV (docs/formats.md)
+    "bytecode-op-name": ("m.mlirbc", _bytecode_with_bad_op_name),
+    "hlo-parameter-index": ("m.hlo", lambda: _hlo("  p = f32[2]{0} parameter(5)\n  ROOT r = f32[2]{0} add(p, p)")),
+    "hlo-tuple-index": ("m.hlo", lambda: _hlo("  p = f32[2]{0} parameter(0)\n  t = (f32[2]{0}, f32[2]{0}) "
+                                              "tuple(p, p)\n  ROOT g = f32[2]{0} get-tuple-element(t), index=7")),
+    "hlo-token-array": ("m.hlo", lambda: _hlo("  p = f32[2]{0} parameter(0)\n  t = token[2] after-all()\n"
+                                              "  ROOT r = f32[2]{0} add(p, p)")),
+    "hlo-deep-tuple": ("m.hlo", lambda: _hlo(f"  p = {'(' * NESTING}f32[]{')' * NESTING} parameter(0)\n"
+                                             "  ROOT r = f32[] constant(0)")),
+    "mlir-deep-array-attribute": ("m.mlir", lambda: (
+        f"func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> attributes {{x = {'[' * NESTING}1{']' * NESTING}}} "
+        "{\n  return %a : tensor<2xf32>\n}\n").encode()),
+}
+
+
+@pytest.mark.parametrize("case", list(CRASHING_INPUTS))
+def test_a_parser_crash_is_one_error_line(case, tmp_path):
+    name, make = CRASHING_INPUTS[case]
+    source = tmp_path / name
+    source.write_bytes(make())
+    output = tmp_path / "model.onnx"
+    output.write_bytes(OLD)
+    done = command(source, "-o", output)
+    assert_one_error_line(done.returncode, done.stderr, f"{source}: the parser crashed (signal")
+    assert output.read_bytes() == OLD
+    assert not leftovers(tmp_path)
+
+
+# -- Ctrl-C and closed pipes ------------------------------------------------------------------------------
+@pytest.mark.parametrize("delay", [0.3, 1.0])
+def test_ctrl_c_during_start_up_is_one_line_and_130(delay, tmp_path):
+    source = tmp_path / "m.mlir"
+    source.write_text(lowered().as_text())
+    process = subprocess.Popen([PYTHON, "-m", "hlo2onnx", str(source), "--check"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)  # jax is still importing: start-up takes over a second
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    if process.returncode == 0:
+        pytest.skip("the conversion finished before the interrupt")  # a fast machine; nothing to test
+    assert process.returncode == 130, err
+    assert err.count("\n") <= 1 and "Traceback" not in err, err
+
+
+def test_stdout_closed_early_ends_quietly(tmp_path):
+    """`hlo2onnx m.mlir --report | head -1`: the reader is gone; no 'internal error', no traceback."""
+    source = tmp_path / "m.mlir"
+    source.write_text(lowered().as_text())
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout now fails with EPIPE
+    try:
+        done = command(source, "-o", tmp_path / "m.onnx", "--report", stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+# -- atomic output ---------------------------------------------------------------------------------------
+def test_a_failed_check_leaves_the_output_untouched(tmp_path, capsys):
+    source = tmp_path / "m.mlir"
+    source.write_text(lowered().as_text())
+    output = tmp_path / "m.onnx"
+    output.write_bytes(OLD)
+    np.savez(tmp_path / "wrong.npz", np.ones((2, 2), np.float32), W)  # x has the wrong shape
+    status, _, err = run_in_process([source, "-o", output, "--inputs", tmp_path / "wrong.npz"], capsys)
+    assert_one_error_line(status, err, "must be float32[4,3]")
+    assert output.read_bytes() == OLD
+    assert not leftovers(tmp_path)
+
+
+def test_a_failed_save_leaves_the_output_untouched(tmp_path, monkeypatch):
+    import onnx_ir as ir
+
+    import hlo2onnx
+
+    output = tmp_path / "m.onnx"
+    output.write_bytes(OLD)
+    conversion = hlo2onnx.convert(lowered().as_text().encode())
+
+    def broken_save(*args, **kwargs):
+        with open(args[1], "wb") as f:
+            f.write(b"half a mod")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ir, "save", broken_save)
+    with pytest.raises(hlo2onnx.Hlo2OnnxError, match="No space left"):
+        conversion.save(output)
+    assert output.read_bytes() == OLD
+    assert not leftovers(tmp_path)
+
+
+def test_truncated_npz_is_a_clear_error(tmp_path, capsys):
+    source = tmp_path / "m.mlir"
+    source.write_text(lowered().as_text())
+    np.savez(tmp_path / "in.npz", X, W)
+    data = (tmp_path / "in.npz").read_bytes()
+    (tmp_path / "in.npz").write_bytes(data[:len(data) // 2])
+    status, _, err = run_in_process([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "in.npz"], capsys)
+    assert_one_error_line(status, err, f"cannot read --inputs {tmp_path / 'in.npz'}")
+
+
+# -- external data ---------------------------------------------------------------------------------------
+def _run_onnx(path) -> np.ndarray:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, dict(zip(names, [X])))[0]
+
+
+# A closure constant becomes an initializer, what external data is for; onnx_ir keeps tensors under 1 KiB
+# inline, so this one is larger.
+W_BIG = np.linspace(-1, 1, 3 * 400, dtype=np.float32).reshape(3, 400)
+
+
+def _weights_model_source(tmp_path):
+    source = tmp_path / "m.mlir"
+    source.write_text(jax.jit(lambda x: model(x, W_BIG)).lower(X).as_text())
+    return source
+
+
+def test_external_data_option(tmp_path, capsys):
+    output = tmp_path / "m.onnx"
+    status, _, err = run_in_process([_weights_model_source(tmp_path), "-o", output, "--external-data",
+                                     "weights.bin"], capsys)
+    assert status == 0, err
+    assert (tmp_path / "weights.bin").stat().st_size >= W_BIG.nbytes
+    np.testing.assert_allclose(_run_onnx(output), jax.jit(model)(X, W_BIG), rtol=1e-6, atol=1e-6)
+
+
+def test_models_past_the_protobuf_limit_get_external_data(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(files, "PROTOBUF_LIMIT", 16)  # stands for 2 GB; the real size is in `make stress`
+    output = tmp_path / "m.onnx"
+    status, _, err = run_in_process([_weights_model_source(tmp_path), "-o", output], capsys)
+    assert status == 0, err
+    assert "note:" in err and "m.onnx.data" in err
+    assert (tmp_path / "m.onnx.data").stat().st_size >= W_BIG.nbytes
+    np.testing.assert_allclose(_run_onnx(output), jax.jit(model)(X, W_BIG), rtol=1e-6, atol=1e-6)
+    status, _, err = run_in_process([_weights_model_source(tmp_path), "-o", "-"], capsys)
+    assert_one_error_line(status, err, "needs external data")
+
+
+@pytest.mark.stress
+def test_a_model_over_2gb_converts(tmp_path):
+    w = np.ones(2**29 + 2**20, np.float32)  # 2.004 GiB
+    source = tmp_path / "big.mlir"
+    source.write_text(jax.jit(lambda v: (jnp.asarray(w) * v[0]).sum()).lower(np.ones(1, np.float32)).as_text())
+    done = command(source, "-o", tmp_path / "big.onnx", timeout=1800)
+    assert done.returncode == 0, done.stderr
+    assert "note:" in done.stderr and (tmp_path / "big.onnx.data").stat().st_size >= w.nbytes
+    session = ort.InferenceSession(str(tmp_path / "big.onnx"), providers=["CPUExecutionProvider"])
+    assert float(session.run(None, {session.get_inputs()[0].name: np.ones(1, np.float32)})[0]) == \
+        pytest.approx(w.size, rel=1e-3)
+
+
+# -- --check on bfloat16 ---------------------------------------------------------------------------------
+def test_check_feeds_bfloat16_inputs(tmp_path, capsys):
+    source = tmp_path / "m.mlir"
+    bf16 = ml_dtypes.bfloat16
+    source.write_text(jax.jit(lambda x, y: (x * y + 1).astype(bf16) * 2)
+                      .lower(np.ones(5, bf16), np.ones(5, bf16)).as_text())
+    status, out, err = run_in_process([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
+    assert status == 0, err
+    assert out.startswith("check: ") and out.rstrip().endswith(": ok"), out
+
+
+# -- one pipeline ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("opset", [13, 25])
+def test_every_entry_refuses_unsupported_opsets(opset):
+    """The opset check lives in the pipeline: translate_report refused nothing before, and ORT rejected the model."""
+    import hlo2onnx
+
+    module = lowered().compiler_ir("stablehlo")
+    with pytest.raises(ValueError, match=f"opset {opset} is not supported"):
+        hlo2onnx.translate_report(module, opset=opset)
+    with pytest.raises(hlo2onnx.Hlo2OnnxError, match=f"opset {opset} is not supported"):
+        hlo2onnx.convert(module, opset=opset)
+
+
+def test_the_entry_point_imports_nothing_heavy():
+    """Ctrl-C at start-up is one line only if the command's own process never imports jax or onnx."""
+    code = "import sys, hlo2onnx.cli; print(sorted(m for m in ('jax', 'onnx', 'onnx_ir', 'numpy') if m in sys.modules))"
+    done = subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
