@@ -5,6 +5,7 @@ import collections
 import functools
 import inspect
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
@@ -99,6 +100,14 @@ class _CacheEntry:
     out_tree: Any
 
 
+class _Pending:
+    """A signature one thread is translating; the others wait for it instead of translating it again."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.entry: _CacheEntry | None = None  # None once done: the translation failed (each caller retries)
+
+
 def _is_key(aval) -> bool:
     return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended)
 
@@ -154,6 +163,10 @@ class MnjitFunction:
         # Least recently used first when capped (like XLA's compilation cache); a plain dict otherwise.
         self._cache: dict[Hashable, _CacheEntry] = collections.OrderedDict() if max_cache_size else {}
         self._max_cache_size = max_cache_size
+        # Guards the cache, `_pending` and `translations` (threads call one function at once, like jax.jit);
+        # never held while translating.
+        self._lock = threading.Lock()
+        self._pending: dict[Hashable, _Pending] = {}
         self.translations = 0  # how many signatures were translated (a cache miss each)
 
     # -- calling -----------------------------------------------------------------
@@ -167,17 +180,48 @@ class MnjitFunction:
             return self._jitted(*args, **kwargs)
         key = (treedef, signature, static, jax.config.jax_enable_x64)
         try:
-            entry = self._cache.get(key)
+            hash(key)
         except TypeError as e:
             raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
+        # Lock-free when uncapped (a dict lookup is atomic, and a hit is the hot path); the capped LRU
+        # reorders on every hit, under the lock.
+        entry = None if self._max_cache_size else self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._compile(args, kwargs)
-            if self._max_cache_size and len(self._cache) > self._max_cache_size:
-                self._cache.popitem(last=False)
-        elif self._max_cache_size:
-            self._cache.move_to_end(key)
+            entry = self._lookup_or_compile(key, args, kwargs)
         outputs = entry.runner.run(leaves)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
+
+    def _lookup_or_compile(self, key: Hashable, args: tuple, kwargs: dict) -> _CacheEntry:
+        """The cached entry, or a new one: the first thread to miss a signature translates it, and threads
+        missing it meanwhile wait for that result."""
+        while True:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is not None:
+                    if self._max_cache_size:
+                        self._cache.move_to_end(key)
+                    return entry
+                pending = self._pending.get(key)
+                owner = pending is None
+                if owner:
+                    pending = self._pending[key] = _Pending()
+            if not owner:
+                pending.done.wait()
+                if pending.entry is not None:
+                    return pending.entry
+                continue  # the translating thread failed (or was interrupted): try on our own
+            try:
+                pending.entry = self._compile(args, kwargs)
+            finally:
+                with self._lock:
+                    del self._pending[key]
+                    if pending.entry is not None:
+                        self.translations += 1
+                        self._cache[key] = pending.entry
+                        if self._max_cache_size and len(self._cache) > self._max_cache_size:
+                            self._cache.popitem(last=False)
+                pending.done.set()
+            return pending.entry
 
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple, dict]:
         if not self._static_argnums and not self._static_argnames:
@@ -200,7 +244,6 @@ class MnjitFunction:
 
     def _compile(self, args: tuple, kwargs: dict) -> _CacheEntry:
         lowered = self.lower(*args, **kwargs)
-        self.translations += 1
         in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
         out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)
         if len(lowered.model.graph.inputs) != len(in_avals):
@@ -214,7 +257,8 @@ class MnjitFunction:
         return _CacheEntry(lowered, runner, lowered.traced.out_tree)
 
     def clear_cache(self) -> None:
-        self._cache.clear()
+        with self._lock:
+            self._cache.clear()
 
     @property
     def cache_size(self) -> int:

@@ -41,17 +41,14 @@ class Report:
                 f"fusions: {fired}")
 
 
+def _build_extra_rules(opset: int, target: Target) -> tuple[list, list]:
+    return (convolution.rules(opset, target),
+            convolution.late_rules(opset, target) + attention.rules(opset, target))
+
+
 # The convolution rules, and the rules over ops other fusions make (BatchNormalization, Softmax), built
-# once per opset and target (tracing a pattern costs).
-_BUILT: dict[tuple, tuple[list, list]] = {}
-
-
-def _extra_rules(opset: int, target: Target) -> tuple[list, list]:
-    key = (opset, target.name)
-    if key not in _BUILT:
-        _BUILT[key] = (convolution.rules(opset, target),
-                       convolution.late_rules(opset, target) + attention.rules(opset, target))
-    return _BUILT[key]
+# once per opset and target in each thread (tracing a pattern costs; rules keep per-match state).
+_EXTRA_RULES = engine.PerThreadRules(_build_extra_rules)
 
 
 def optimize(model: ir.Model, target: Target) -> ir.Model:
@@ -69,7 +66,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     canonicalize(model)
     if sink_transposes(model):  # NHWC<->NCHW pairs around convolutions cancel; merge what that exposes
         clean(model)
-    early, late = _extra_rules(opset, target)
+    early, late = _EXTRA_RULES.get((opset, target.name), opset, target)
     fusions = engine.apply_rules(model, fusion_rules(model, opset, target) + early)
     if any(node.op_type in ("BatchNormalization", "Softmax") for node in model.graph) and late:
         clean(model)  # the first fusions leave dead nodes behind, and a pattern needs its values used only once

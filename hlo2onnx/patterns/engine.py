@@ -6,8 +6,9 @@ Here a rule is only tried at nodes of its pattern's root op type.
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Callable, Hashable, Iterable, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -15,6 +16,32 @@ from onnxscript.optimizer import basic_constant_propagation
 from onnxscript.rewriter import _pattern_ir, pattern
 
 from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
+
+class PerThreadRules:
+    """Rule lists built once per thread and key.
+
+    A rule cannot be shared between threads: onnxscript's matcher keeps the match in progress on the
+    rule's matcher, and our rules (and onnxscript's ReshapeReshape) pass what `check` found to `rewrite`
+    through attributes of the rule object, so two threads matching with one rule read each other's
+    state (AttributeError or wrong replacements in 1-10% of simultaneous first calls). Building a set costs
+    about 11 ms, a large share of a small function's translation, so each thread keeps its own copies
+    (they go with the thread).
+    """
+
+    def __init__(self, build: Callable[..., list]):
+        self._build = build
+        self._local = threading.local()
+
+    def get(self, key: Hashable, *args) -> list:
+        """The rules `build(*args)` makes, built in this thread on the first use of `key` (which names
+        what `args` hold), then taken from the thread's cache."""
+        built = getattr(self._local, "built", None)
+        if built is None:
+            built = self._local.built = {}
+        if key not in built:
+            built[key] = self._build(*args)
+        return built[key]
+
 
 # Constants up to this size are handed to ONNX shape inference (Reshape/Expand read their shape input).
 _INFERENCE_DATA_LIMIT = 64

@@ -5,7 +5,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchResult
 
-from hlo2onnx.patterns import activations, normalization, templates
+from hlo2onnx.patterns import activations, engine, normalization, templates
 from hlo2onnx.patterns.base import Fusion
 from hlo2onnx.patterns.cleanup import static_shape
 from hlo2onnx.support import Target
@@ -81,19 +81,23 @@ def _template_dtypes(graph: ir.Graph) -> list[str]:
     return sorted(dtypes & {"float16", "float32", "float64"})
 
 
-# Building a rule traces its pattern (and its commuted copies): done once per opset, target and dtypes.
-_BUILT: dict[tuple, list] = {}
+def _build_fusion_rules(opset: int, target: Target, dtypes: tuple[str, ...]) -> list:
+    return [
+        *activations.rules(opset, target, list(dtypes)),
+        *normalization.rules(opset, target),
+        *MatMulBias.rule(opset, target).commute(),
+        MatMulTranspose.rule(opset, target),
+    ]
+
+
+# Building a rule traces its pattern (and its commuted copies): done once per opset, target and dtypes, in
+# each thread (rules keep per-match state: see engine.PerThreadRules).
+_FUSION_RULES = engine.PerThreadRules(_build_fusion_rules)
 
 
 def fusion_rules(model: ir.Model, opset: int, target: Target) -> list:
-    """Every fusion, in the order it is tried; each rule is applied on its own, so the report counts it."""
-    dtypes = _template_dtypes(model.graph)
-    key = (opset, target.name, tuple(dtypes))
-    if key not in _BUILT:
-        _BUILT[key] = [
-            *activations.rules(opset, target, dtypes),
-            *normalization.rules(opset, target),
-            *MatMulBias.rule(opset, target).commute(),
-            MatMulTranspose.rule(opset, target),
-        ]
-    return _BUILT[key]
+    """Every fusion, in the order it is tried; each rule is applied on its own, so the report counts it.
+
+    The list belongs to the calling thread."""
+    dtypes = tuple(_template_dtypes(model.graph))
+    return _FUSION_RULES.get((opset, target.name, dtypes), opset, target, dtypes)
