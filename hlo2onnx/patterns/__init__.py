@@ -47,8 +47,9 @@ def _build_extra_rules(opset: int, target: Target) -> tuple[list, list]:
 
 
 # The convolution rules, and the rules over ops other fusions make (BatchNormalization, Softmax), built
-# once per opset and target in each thread (tracing a pattern costs; rules keep per-match state).
-_EXTRA_RULES = engine.PerThreadRules(_build_extra_rules)
+# once per opset and target and lent to one translation at a time (tracing a pattern costs; rules keep
+# per-match state: see engine.RulePool).
+_EXTRA_RULES = engine.RulePool(_build_extra_rules)
 
 
 def optimize(model: ir.Model, target: Target) -> ir.Model:
@@ -66,11 +67,12 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     canonicalize(model)
     if sink_transposes(model):  # NHWC<->NCHW pairs around convolutions cancel; merge what that exposes
         clean(model)
-    early, late = _EXTRA_RULES.get((opset, target.name), opset, target)
-    fusions = engine.apply_rules(model, fusion_rules(model, opset, target) + early)
-    if any(node.op_type in ("BatchNormalization", "Softmax") for node in model.graph) and late:
-        clean(model)  # the first fusions leave dead nodes behind, and a pattern needs its values used only once
-        fusions += engine.apply_rules(model, late)
+    with fusion_rules(model, opset, target) as rules, \
+            _EXTRA_RULES.borrow((opset, target.name), opset, target) as (early, late):
+        fusions = engine.apply_rules(model, rules + early)
+        if any(node.op_type in ("BatchNormalization", "Softmax") for node in model.graph) and late:
+            clean(model)  # the first fusions leave dead nodes behind; a pattern needs its values used only once
+            fusions += engine.apply_rules(model, late)
     report.fusions = dict(fusions)
     report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES})
     clean(model)

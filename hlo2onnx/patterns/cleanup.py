@@ -253,7 +253,7 @@ def _build_clean_rules() -> list:
             _basic_rules.TransposeTranspose.rule(), _basic_rules.UnsqueezeUnsqueeze.rule()]
 
 
-_CLEAN_RULES = engine.PerThreadRules(_build_clean_rules)
+_CLEAN_RULES = engine.RulePool(_build_clean_rules)
 
 
 def clean(model: ir.Model) -> None:
@@ -264,7 +264,8 @@ def clean(model: ir.Model) -> None:
     """
     scalars = ScalarConstants(model.graph)
     for _ in range(4):
-        changed = sum(engine.apply_rules(model, _CLEAN_RULES.get("clean")).values())
+        with _CLEAN_RULES.borrow("clean") as rules:
+            changed = sum(engine.apply_rules(model, rules).values())
         changed += common_passes.CommonSubexpressionEliminationPass()(model).modified
         for graph in all_graphs(model.graph):
             changed += drop_broadcasts(graph, scalars) + simplify(graph)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Callable, Hashable, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Hashable, Iterable, Iterator, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -17,30 +18,38 @@ from onnxscript.rewriter import _pattern_ir, pattern
 
 from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
 
-class PerThreadRules:
-    """Rule lists built once per thread and key.
+class RulePool:
+    """Rule lists lent to one translation at a time.
 
-    A rule cannot be shared between threads: onnxscript's matcher keeps the match in progress on the
+    A rule cannot be used by two threads at once: onnxscript's matcher keeps the match in progress on the
     rule's matcher, and our rules (and onnxscript's ReshapeReshape) pass what `check` found to `rewrite`
-    through attributes of the rule object, so two threads matching with one rule read each other's
-    state (AttributeError or wrong replacements in 1-10% of simultaneous first calls). Building a set costs
-    about 11 ms, a large share of a small function's translation, so each thread keeps its own copies
-    (they go with the thread).
+    through attributes of the rule object, so two threads matching with one rule read each other's state
+    (AttributeError or wrong replacements in 1-10% of simultaneous first calls). Building a set costs about
+    11 ms, a large share of a small function's translation, so sets are kept and lent out: as many get
+    built as translations ever ran at once, whichever threads run them.
     """
 
-    def __init__(self, build: Callable[..., list]):
+    def __init__(self, build: Callable[..., Sequence]):
         self._build = build
-        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._free: dict[Hashable, list[Sequence]] = {}
 
-    def get(self, key: Hashable, *args) -> list:
-        """The rules `build(*args)` makes, built in this thread on the first use of `key` (which names
-        what `args` hold), then taken from the thread's cache."""
-        built = getattr(self._local, "built", None)
-        if built is None:
-            built = self._local.built = {}
-        if key not in built:
-            built[key] = self._build(*args)
-        return built[key]
+    @contextmanager
+    def borrow(self, key: Hashable, *args) -> Iterator[Sequence]:
+        """A set of the rules `build(*args)` makes (`key` names what `args` hold), this caller's alone
+        until the block ends."""
+        with self._lock:
+            free = self._free.get(key)
+            rules = free.pop() if free else None
+        if rules is None:
+            rules = self._build(*args)
+        try:
+            yield rules
+        finally:
+            # Returned even after an error: a matcher resets its state at the start of each match, and a
+            # rule's check sets what its rewrite reads.
+            with self._lock:
+                self._free.setdefault(key, []).append(rules)
 
 
 # Constants up to this size are handed to ONNX shape inference (Reshape/Expand read their shape input).

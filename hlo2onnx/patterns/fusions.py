@@ -1,6 +1,8 @@
 """The fusion rules in the order they are tried, and the MatMul family (Gemm)."""
 from __future__ import annotations
 
+from typing import ContextManager
+
 import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchResult
@@ -91,13 +93,12 @@ def _build_fusion_rules(opset: int, target: Target, dtypes: tuple[str, ...]) -> 
 
 
 # Building a rule traces its pattern (and its commuted copies): done once per opset, target and dtypes, in
-# each thread (rules keep per-match state: see engine.PerThreadRules).
-_FUSION_RULES = engine.PerThreadRules(_build_fusion_rules)
+# as many copies as translations ran at once (rules keep per-match state: see engine.RulePool).
+_FUSION_RULES = engine.RulePool(_build_fusion_rules)
 
 
-def fusion_rules(model: ir.Model, opset: int, target: Target) -> list:
-    """Every fusion, in the order it is tried; each rule is applied on its own, so the report counts it.
-
-    The list belongs to the calling thread."""
+def fusion_rules(model: ir.Model, opset: int, target: Target) -> ContextManager[list]:
+    """Every fusion, in the order it is tried (each rule is applied on its own, so the report counts it),
+    lent to the caller until its `with` block ends."""
     dtypes = tuple(_template_dtypes(model.graph))
-    return _FUSION_RULES.get((opset, target.name, dtypes), opset, target, dtypes)
+    return _FUSION_RULES.borrow((opset, target.name, dtypes), opset, target, dtypes)
