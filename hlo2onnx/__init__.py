@@ -12,6 +12,7 @@ from hlo2onnx import ops  # noqa: F401  (fills the rule table)
 from hlo2onnx import targets
 from hlo2onnx.convert import DEFAULT_OPSET, Conversion, convert
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
+from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import make_context, parse_module, prepare
 from hlo2onnx.patterns import optimize_report
 from hlo2onnx.report import ConversionReport
@@ -37,10 +38,11 @@ def translate_report(module: mlir.Module, *, target: Target | str = ORT_CPU, ops
                      name: str = "main", fuse: bool = True) -> ConversionReport:
     """`translate`, keeping what it did: the model is the report's `.model`."""
     target = targets.get(target)
-    prepared = prepare(module)
-    with module.context:
-        translator = Translator(prepared, target, opset)
-        model = translator.translate(graph_name=name)
-    optimized = optimize_report(model, target) if fuse else None
-    violations = targets.check(model, target)
+    with InterruptGuard():  # Ctrl-C raised, not lost in a garbage-collector callback
+        prepared = prepare(module)
+        with module.context:
+            translator = Translator(prepared, target, opset)
+            model = translator.translate(graph_name=name)
+        optimized = optimize_report(model, target) if fuse else None
+        violations = targets.check(model, target)
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)

@@ -27,6 +27,7 @@ from jax.extend.mlir import passmanager
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
+from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import make_context, parse_module, prepare
 from hlo2onnx.translator import _unique  # one de-duplicating namer for graph inputs and outputs
 from hlo2onnx import targets
@@ -230,6 +231,11 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
     polymorphism) as ONNX dim_params; without it such inputs are rejected.
     `progress(done, total)` is called while ops are translated.
     """
+    with InterruptGuard():  # Ctrl-C raised, not lost in a garbage-collector callback
+        return _convert(source, output, target, opset, name, dynamic, fuse, progress)
+
+
+def _convert(source, output, target, opset, name, dynamic, fuse, progress) -> Conversion:
     target = targets.get(target)
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise Hlo2OnnxError(f"opset {opset} is not supported (choose {MIN_OPSET} to {MAX_OPSET})")

@@ -17,6 +17,7 @@ from jax import core
 
 import hlo2onnx
 from hlo2onnx.convert import MAX_OPSET, MIN_OPSET
+from hlo2onnx.interrupts import InterruptGuard
 from mnjit import device
 from mnjit.files import save_model
 
@@ -236,13 +237,19 @@ class MnjitFunction:
 
     # -- capture and translation -------------------------------------------------------
     def lower(self, *args, **kwargs) -> MnjitLowered:
-        traced = self._jitted.trace(*args, **kwargs)
-        lowered = traced.lower()
-        conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
-                                               opset=self._opset, name=getattr(self._fun, "__name__", "main"))
+        # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.
+        with InterruptGuard():
+            traced = self._jitted.trace(*args, **kwargs)
+            lowered = traced.lower()
+            conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
+                                                   opset=self._opset, name=getattr(self._fun, "__name__", "main"))
         return MnjitLowered(traced, lowered, conversion.model, conversion)
 
     def _compile(self, args: tuple, kwargs: dict) -> _CacheEntry:
+        with InterruptGuard():
+            return self._compile_guarded(args, kwargs)
+
+    def _compile_guarded(self, args: tuple, kwargs: dict) -> _CacheEntry:
         lowered = self.lower(*args, **kwargs)
         in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
         out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)

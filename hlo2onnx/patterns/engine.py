@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnxscript.optimizer import basic_constant_propagation
 from onnxscript.rewriter import _pattern_ir, pattern
 
+from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
 
 class RulePool:
@@ -137,6 +138,7 @@ def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counte
     for node in model.graph:
         by_op.setdefault(node.op_type, []).append(node)
     for rule in rules:
+        checkpoint()  # a Ctrl-C taken by the guard is raised between rules
         n = apply_rule(model, rule, by_op)
         if n:
             counts[rule.name] += n
