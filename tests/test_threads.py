@@ -103,7 +103,7 @@ KINDS = {"softmax": _softmax, "layer_norm": _layer_norm, "gelu": _gelu, "mlp": _
          "loop": _loop, "attention": _attention}
 
 
-@pytest.mark.parametrize("rounds", [8])
+@pytest.mark.parametrize("rounds", [6])
 def test_simultaneous_first_calls_of_new_shapes(rounds):
     # One mnjit function per kind, shared by all threads: each call is a new signature of a shared cache.
     functions = {kind: mnjit(fn) for kind, fn in KINDS.items()}

@@ -19,6 +19,12 @@ from onnxscript.rewriter import _pattern_ir, pattern
 from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.translator import SOURCE_LOC, SOURCE_OP
 
+# onnxscript traces a pattern's arithmetic operators (x * 0.5) into a process-wide "current builder", so
+# two patterns traced at once would swap nodes: rule sets are built one at a time (rarely: a pool is empty
+# only when more translations than ever before run at once). Reentrant: a template lowers a function.
+_BUILD_LOCK = threading.RLock()
+
+
 class RulePool:
     """Rule lists lent to one translation at a time.
 
@@ -43,7 +49,8 @@ class RulePool:
             free = self._free.get(key)
             rules = free.pop() if free else None
         if rules is None:
-            rules = self._build(*args)
+            with _BUILD_LOCK:
+                rules = self._build(*args)
         try:
             yield rules
         finally:
