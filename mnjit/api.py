@@ -181,13 +181,10 @@ class MnjitFunction:
             return self._jitted(*args, **kwargs)
         key = (treedef, signature, static, jax.config.jax_enable_x64)
         try:
-            hash(key)
+            entry = self._cache.get(key)  # lock-free: a lookup is atomic, and a hit is the hot path
         except TypeError as e:
             raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
-        # Lock-free when uncapped (a dict lookup is atomic, and a hit is the hot path); the capped LRU
-        # reorders on every hit, under the lock.
-        entry = None if self._max_cache_size else self._cache.get(key)
-        if entry is None:
+        if entry is None or self._max_cache_size:  # the capped LRU reorders on every hit, under the lock
             entry = self._lookup_or_compile(key, args, kwargs)
         outputs = entry.runner.run(leaves)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)

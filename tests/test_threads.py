@@ -197,3 +197,27 @@ def test_capped_cache_under_threads():
         assert_same(got, jax.jit(_softmax)(*_args("softmax", n)), tol=(1e-5, 1e-5))
     assert f.cache_size == 3
     assert 8 <= f.translations <= 32
+
+
+def test_failed_translation_is_not_shared_by_waiting_threads(monkeypatch):
+    # The first translation fails; threads that waited for it translate again instead of failing with it.
+    from hlo2onnx.patterns.base import Fusion
+
+    available, failed = Fusion.available, []
+
+    def fail_once(self, *a, **k):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("first translation fails")
+        return available(self, *a, **k)
+
+    monkeypatch.setattr(Fusion, "available", fail_once)
+    f = mnjit(_gelu)
+    args = _args("gelu", 5)
+    results = run_together([lambda: f(*args)] * 8)
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert len(errors) == 1 and "first translation fails" in str(errors[0])
+    for got in results:
+        if not isinstance(got, Exception):
+            assert_same(got, jax.jit(_gelu)(*args), tol=(1e-5, 1e-5))
+    assert f.translations == 1 and f.cache_size == 1
