@@ -43,7 +43,8 @@ class InterruptGuard:
             if sys.unraisablehook is self:  # else someone replaced it meanwhile: theirs stays
                 sys.unraisablehook = self._previous
             self._previous = None
-        if self.interrupted and exc_type is None:
+        # Ctrl-C wins over an error raised after it (that error stays attached as the context).
+        if self.interrupted and not (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)):
             raise KeyboardInterrupt
 
 
