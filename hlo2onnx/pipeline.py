@@ -16,6 +16,7 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx import ops  # noqa: F401  (fills the rule table)
 from hlo2onnx import targets
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
+from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
 from hlo2onnx.patterns import optimize_report
 from hlo2onnx.report import ConversionReport
@@ -55,7 +56,11 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     """
     target = targets.get(target)
     check_opset(opset)
-    timings = {} if timings is None else timings
+    with InterruptGuard():  # Ctrl-C raised, not lost in a garbage-collector callback
+        return _run(module, target, opset, name, fuse, progress, {} if timings is None else timings, adjust)
+
+
+def _run(module, target, opset, name, fuse, progress, timings, adjust) -> ConversionReport:
     with timed(timings, "prepare"):
         try:
             prepared = prepare(module)

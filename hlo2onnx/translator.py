@@ -18,6 +18,7 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
+from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
 from hlo2onnx.provenance import tag_nodes
 from hlo2onnx.targets import Target
@@ -124,6 +125,7 @@ class Translator:
         return source_line(op.location) or next((w for w in reversed(self._call_sites) if w), None)
 
     def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
+        checkpoint()  # a Ctrl-C taken by the guard (hlo2onnx.interrupts) is raised between ops
         if name not in RULES and name not in COMPLEX_RULES:
             raise UnsupportedOpError(name, self.where(op), "no translation rule")
         ctx = RuleContext(b, op.operation, [self._type_of(v, name, op) for v in op.operands],

@@ -5,6 +5,7 @@ import collections
 import functools
 import inspect
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
 
@@ -16,6 +17,7 @@ from jax._src.core import trace_state_clean  # no public equivalent; 0.16 us, ag
 
 import hlo2onnx
 from hlo2onnx.files import save_model
+from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
 from mnjit import device, ffi, runtime, fallback as partitioned
 
@@ -110,6 +112,14 @@ class _CacheEntry:
         if self._runner is None:
             self._runner = self.make_runner()
         return self._runner
+
+
+class _Pending:
+    """A signature one thread is translating; the others wait for it instead of translating it again."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.entry: _CacheEntry | None = None  # None once done: the translation failed (each caller retries)
 
 
 def _is_key(aval) -> bool:
@@ -211,6 +221,10 @@ class MnjitFunction:
         # Least recently used first when capped (like XLA's compilation cache); a plain dict otherwise.
         self._cache: dict[Hashable, _CacheEntry] = collections.OrderedDict() if max_cache_size else {}
         self._max_cache_size = max_cache_size
+        # Guards the cache, `_pending` and `translations` (threads call one function at once, like jax.jit);
+        # never held while translating.
+        self._lock = threading.Lock()
+        self._pending: dict[Hashable, _Pending] = {}
         self.translations = 0  # how many signatures were translated (a cache miss each)
 
     # -- calling -----------------------------------------------------------------
@@ -236,18 +250,10 @@ class MnjitFunction:
             abstract = jax.tree_util.tree_map(
                 lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=leaf.aval.weak_type)
                 if isinstance(leaf, core.Tracer) else leaf, (args, kwargs))
-            entry = self._store(key, self._compile(*abstract, fast=True))
+            entry = self._lookup_or_compile(key, *abstract, fast=True)
         if entry.fast is None:
             raise _PythonPath
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fast(list(leaves)))
-
-    def _store(self, key: Hashable, entry: _CacheEntry) -> _CacheEntry:
-        self._cache[key] = entry
-        if self._max_cache_size and len(self._cache) > self._max_cache_size:
-            self._cache.popitem(last=False)
-            # jax.jit's executables name the evicted session: they must be traced again.
-            self._dispatch.clear_cache()
-        return entry
 
     def _call_python(self, args: tuple, kwargs: dict):
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -259,15 +265,47 @@ class MnjitFunction:
             return self._jitted(*args, **kwargs)
         key = (treedef, signature, static, jax.config.jax_enable_x64)
         try:
-            entry = self._cache.get(key)
+            entry = self._cache.get(key)  # lock-free: a lookup is atomic, and a hit is the hot path
         except TypeError as e:
             raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
-        if entry is None:
-            entry = self._store(key, self._compile(args, kwargs))
-        elif self._max_cache_size:
-            self._cache.move_to_end(key)
+        if entry is None or self._max_cache_size:  # the capped LRU reorders on every hit, under the lock
+            entry = self._lookup_or_compile(key, args, kwargs)
         outputs = entry.runner.run(leaves)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
+
+    def _lookup_or_compile(self, key: Hashable, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
+        """The cached entry, or a new one: the first thread to miss a signature translates it, and threads
+        missing it meanwhile wait for that result."""
+        while True:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is not None:
+                    if self._max_cache_size:
+                        self._cache.move_to_end(key)
+                    return entry
+                pending = self._pending.get(key)
+                owner = pending is None
+                if owner:
+                    pending = self._pending[key] = _Pending()
+            if not owner:
+                pending.done.wait()
+                if pending.entry is not None:
+                    return pending.entry
+                continue  # the translating thread failed (or was interrupted): try on our own
+            try:
+                pending.entry = self._compile(args, kwargs, fast)
+            finally:
+                with self._lock:
+                    del self._pending[key]
+                    if pending.entry is not None:
+                        self.translations += 1
+                        self._cache[key] = pending.entry
+                        if self._max_cache_size and len(self._cache) > self._max_cache_size:
+                            self._cache.popitem(last=False)
+                            # jax.jit's executables may name the evicted session: they must be traced again.
+                            self._dispatch.clear_cache()
+                pending.done.set()
+            return pending.entry
 
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple, dict]:
         if not self._static_argnums and not self._static_argnames:
@@ -282,17 +320,22 @@ class MnjitFunction:
 
     # -- capture and translation -------------------------------------------------------
     def lower(self, *args, **kwargs) -> MnjitLowered | partitioned.PartitionedLowered:
-        traced = self._jitted.trace(*args, **kwargs)
-        if self._fallback:
-            return partitioned.plan(traced, self._target, self._opset, getattr(self._fun, "__name__", "main"))
-        lowered = traced.lower()
-        conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
-                                               opset=self._opset, name=getattr(self._fun, "__name__", "main"))
+        # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.
+        with InterruptGuard():
+            traced = self._jitted.trace(*args, **kwargs)
+            if self._fallback:
+                return partitioned.plan(traced, self._target, self._opset, getattr(self._fun, "__name__", "main"))
+            lowered = traced.lower()
+            conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
+                                                   opset=self._opset, name=getattr(self._fun, "__name__", "main"))
         return MnjitLowered(traced, lowered, conversion.model, conversion)
 
     def _compile(self, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
+        with InterruptGuard():
+            return self._compile_guarded(args, kwargs, fast)
+
+    def _compile_guarded(self, args: tuple, kwargs: dict, fast: bool) -> _CacheEntry:
         lowered = self.lower(*args, **kwargs)
-        self.translations += 1
         if self._fallback:
             entry = _CacheEntry(lowered, lowered.traced.out_tree,
                                 functools.partial(partitioned.PartitionedRunner, lowered, _runner_for))
@@ -312,7 +355,8 @@ class MnjitFunction:
         return entry
 
     def clear_cache(self) -> None:
-        self._cache.clear()
+        with self._lock:
+            self._cache.clear()
         self._dispatch.clear_cache()
 
     @property

@@ -41,17 +41,15 @@ class Report:
                 f"fusions: {fired}")
 
 
+def _build_extra_rules(opset: int, target: Target) -> tuple[list, list]:
+    return (convolution.rules(opset, target),
+            convolution.late_rules(opset, target) + attention.rules(opset, target))
+
+
 # The convolution rules, and the rules over ops other fusions make (BatchNormalization, Softmax), built
-# once per opset and target (tracing a pattern costs).
-_BUILT: dict[tuple, tuple[list, list]] = {}
-
-
-def _extra_rules(opset: int, target: Target) -> tuple[list, list]:
-    key = (opset, target.name)
-    if key not in _BUILT:
-        _BUILT[key] = (convolution.rules(opset, target),
-                       convolution.late_rules(opset, target) + attention.rules(opset, target))
-    return _BUILT[key]
+# once per opset and target and lent to one translation at a time (tracing a pattern costs; rules keep
+# per-match state: see engine.RulePool).
+_EXTRA_RULES = engine.RulePool(_build_extra_rules)
 
 
 def optimize(model: ir.Model, target: Target) -> ir.Model:
@@ -69,11 +67,12 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     canonicalize(model)
     if sink_transposes(model):  # NHWC<->NCHW pairs around convolutions cancel; merge what that exposes
         clean(model)
-    early, late = _extra_rules(opset, target)
-    fusions = engine.apply_rules(model, fusion_rules(model, opset, target) + early)
-    if any(node.op_type in ("BatchNormalization", "Softmax") for node in model.graph) and late:
-        clean(model)  # the first fusions leave dead nodes behind, and a pattern needs its values used only once
-        fusions += engine.apply_rules(model, late)
+    with fusion_rules(model, opset, target) as rules, \
+            _EXTRA_RULES.borrow((opset, target.name), opset, target) as (early, late):
+        fusions = engine.apply_rules(model, rules + early)
+        if any(node.op_type in ("BatchNormalization", "Softmax") for node in model.graph) and late:
+            clean(model)  # the first fusions leave dead nodes behind; a pattern needs its values used only once
+            fusions += engine.apply_rules(model, late)
     report.fusions = dict(fusions)
     report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES})
     clean(model)

@@ -246,9 +246,14 @@ def _fold_constants(model: ir.Model) -> int:
     return count
 
 
-# onnxscript's rules for pairs that cancel or merge.
-_CLEAN_RULES = [_basic_rules.cast_cast_rule, _basic_rules.reshape_reshape_rule,
-                _basic_rules.transpose_transpose_rule, _basic_rules.unsqueeze_unsqueeze_rule]
+def _build_clean_rules() -> list:
+    # onnxscript's rules for pairs that cancel or merge, as our own copies: its module-level rule objects
+    # keep per-match state, and anyone else in the process may be using them.
+    return [_basic_rules.CastCast.rule(), _basic_rules.ReshapeReshape.rule(),
+            _basic_rules.TransposeTranspose.rule(), _basic_rules.UnsqueezeUnsqueeze.rule()]
+
+
+_CLEAN_RULES = engine.RulePool(_build_clean_rules)
 
 
 def clean(model: ir.Model) -> None:
@@ -259,7 +264,8 @@ def clean(model: ir.Model) -> None:
     """
     scalars = ScalarConstants(model.graph)
     for _ in range(4):
-        changed = sum(engine.apply_rules(model, _CLEAN_RULES).values())
+        with _CLEAN_RULES.borrow("clean") as rules:
+            changed = sum(engine.apply_rules(model, rules).values())
         changed += common_passes.CommonSubexpressionEliminationPass()(model).modified
         for graph in all_graphs(model.graph):
             changed += drop_broadcasts(graph, scalars) + simplify(graph)

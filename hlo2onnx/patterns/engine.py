@@ -6,15 +6,59 @@ Here a rule is only tried at nodes of its pattern's root op type.
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Hashable, Iterable, Iterator, Sequence
 
 import onnx
 import onnx_ir as ir
 from onnxscript.optimizer import basic_constant_propagation
 from onnxscript.rewriter import _pattern_ir, pattern
 
+from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
+
+# onnxscript traces a pattern's arithmetic operators (x * 0.5) into a process-wide "current builder", so
+# two patterns traced at once would swap nodes: rule sets are built one at a time (rarely: a pool is empty
+# only when more translations than ever before run at once). Reentrant: a template lowers a function.
+_BUILD_LOCK = threading.RLock()
+
+
+class RulePool:
+    """Rule lists lent to one translation at a time.
+
+    A rule cannot be used by two threads at once: onnxscript's matcher keeps the match in progress on the
+    rule's matcher, and our rules (and onnxscript's ReshapeReshape) pass what `check` found to `rewrite`
+    through attributes of the rule object, so two threads matching with one rule read each other's state
+    (AttributeError or wrong replacements in 1-10% of simultaneous first calls). Building a set costs about
+    11 ms, a large share of a small function's translation, so sets are kept and lent out: as many get
+    built as translations ever ran at once, whichever threads run them.
+    """
+
+    def __init__(self, build: Callable[..., Sequence]):
+        self._build = build
+        self._lock = threading.Lock()
+        self._free: dict[Hashable, list[Sequence]] = {}
+
+    @contextmanager
+    def borrow(self, key: Hashable, *args) -> Iterator[Sequence]:
+        """A set of the rules `build(*args)` makes (`key` names what `args` hold), this caller's alone
+        until the block ends."""
+        with self._lock:
+            free = self._free.get(key)
+            rules = free.pop() if free else None
+        if rules is None:
+            with _BUILD_LOCK:
+                rules = self._build(*args)
+        try:
+            yield rules
+        finally:
+            # Returned even after an error: a matcher resets its state at the start of each match, and a
+            # rule's check sets what its rewrite reads.
+            with self._lock:
+                self._free.setdefault(key, []).append(rules)
+
 
 # Constants up to this size are handed to ONNX shape inference (Reshape/Expand read their shape input).
 _INFERENCE_DATA_LIMIT = 64
@@ -101,6 +145,7 @@ def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counte
     for node in model.graph:
         by_op.setdefault(node.op_type, []).append(node)
     for rule in rules:
+        checkpoint()  # a Ctrl-C taken by the guard is raised between rules
         n = apply_rule(model, rule, by_op)
         if n:
             counts[rule.name] += n

@@ -1,11 +1,13 @@
 """The fusion rules in the order they are tried, and the MatMul family (Gemm)."""
 from __future__ import annotations
 
+from typing import ContextManager
+
 import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchResult
 
-from hlo2onnx.patterns import activations, normalization, templates
+from hlo2onnx.patterns import activations, engine, normalization, templates
 from hlo2onnx.patterns.base import Fusion
 from hlo2onnx.patterns.cleanup import static_shape
 from hlo2onnx.targets import Target
@@ -81,19 +83,22 @@ def _template_dtypes(graph: ir.Graph) -> list[str]:
     return sorted(dtypes & {"float16", "float32", "float64"})
 
 
-# Building a rule traces its pattern (and its commuted copies): done once per opset, target and dtypes.
-_BUILT: dict[tuple, list] = {}
+def _build_fusion_rules(opset: int, target: Target, dtypes: tuple[str, ...]) -> list:
+    return [
+        *activations.rules(opset, target, list(dtypes)),
+        *normalization.rules(opset, target),
+        *MatMulBias.rule(opset, target).commute(),
+        MatMulTranspose.rule(opset, target),
+    ]
 
 
-def fusion_rules(model: ir.Model, opset: int, target: Target) -> list:
-    """Every fusion, in the order it is tried; each rule is applied on its own, so the report counts it."""
-    dtypes = _template_dtypes(model.graph)
-    key = (opset, target.name, tuple(dtypes))
-    if key not in _BUILT:
-        _BUILT[key] = [
-            *activations.rules(opset, target, dtypes),
-            *normalization.rules(opset, target),
-            *MatMulBias.rule(opset, target).commute(),
-            MatMulTranspose.rule(opset, target),
-        ]
-    return _BUILT[key]
+# Building a rule traces its pattern (and its commuted copies): done once per opset, target and dtypes, in
+# as many copies as translations ran at once (rules keep per-match state: see engine.RulePool).
+_FUSION_RULES = engine.RulePool(_build_fusion_rules)
+
+
+def fusion_rules(model: ir.Model, opset: int, target: Target) -> ContextManager[list]:
+    """Every fusion, in the order it is tried (each rule is applied on its own, so the report counts it),
+    lent to the caller until its `with` block ends."""
+    dtypes = tuple(_template_dtypes(model.graph))
+    return _FUSION_RULES.borrow((opset, target.name, dtypes), opset, target, dtypes)
