@@ -52,12 +52,6 @@ def _build_extra_rules(opset: int, target: Target) -> tuple[list, list]:
 _EXTRA_RULES = engine.RulePool(_build_extra_rules)
 
 
-def optimize(model: ir.Model, target: Target) -> ir.Model:
-    """Rewrites `model` in place and returns it."""
-    optimize_report(model, target)
-    return model
-
-
 def optimize_report(model: ir.Model, target: Target) -> Report:
     """Rewrites `model` in place; returns which fusions fired and the node counts before and after."""
     start = time.perf_counter()

@@ -15,19 +15,25 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import _pattern_ir
 
+from hlo2onnx import ops  # noqa: F401  (the rules the template's translation needs)
+from hlo2onnx.mlir_io import prepare
 from hlo2onnx.patterns.cleanup import canonicalize, const_array
+from hlo2onnx.targets import ORT_CPU
+from hlo2onnx.translator import Translator
 
 # Below this many nodes in the model no template is looked for (they cost a JAX lowering each, once).
 MIN_NODES = 20
+# Templates hold elementwise ops only, the same at every opset mnjit supports.
+MIN_TEMPLATE_OPSET = 18
 
 
 @lru_cache(maxsize=None)
 def template(fn: Callable, dtype: str) -> ir.Graph:
     """The canonical ONNX graph of `fn` on one scalar of `dtype`."""
-    import hlo2onnx  # the translator imports this package
-
     lowered = jax.jit(fn).lower(jax.ShapeDtypeStruct((), np.dtype(dtype)))
-    model = hlo2onnx.translate(lowered.compiler_ir("stablehlo"), fuse=False)
+    module = prepare(lowered.compiler_ir("stablehlo"))
+    with module.context:  # the translator itself: no fusions (they would look for this very template)
+        model = Translator(module, ORT_CPU, opset=MIN_TEMPLATE_OPSET).translate(graph_name="template")
     canonicalize(model)
     return model.graph
 
