@@ -75,7 +75,7 @@ def _run(module, target, opset, name, fuse, progress, timings, adjust) -> Conver
     if fuse:
         with timed(timings, "optimize"):
             optimized = optimize_report(model, target)
-    violations = targets.check(model, target)  # before anything is written: a strict target refuses here
+    violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
 
 

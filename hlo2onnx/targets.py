@@ -422,7 +422,7 @@ def legalize(model: ir.Model, target: Target) -> int:
     return count
 
 
-def check(model: ir.Model, target: Target) -> list[Violation]:
+def enforce(model: ir.Model, target: Target) -> list[Violation]:
     """Raises TargetError for a strict target (no fallback) the model does not fit; returns the fallbacks otherwise."""
     legalize(model, target)
     violations = validate(model, target)
