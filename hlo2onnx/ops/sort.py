@@ -277,8 +277,10 @@ def _pairwise_permutation(ctx, operands, n: int, axis: int) -> ir.Value:
     j_before_i = b.op("Less", b.op("Unsqueeze", line, b.shape_const([0])), b.op("Unsqueeze", line, b.shape_const([1])))
     # j goes before i if comp(x_j, x_i), or if they tie and j comes first.
     before = b.op("Or", greater, b.op("And", j_before_i, b.op("Not", less)))
-    # Counts below n: exact through ORT's float64 integer ReduceSum (targets.py), which only fails past 2^53.
-    position = b.op("ReduceSum", b.cast(before, np.int64), b.shape_const([rank]), keepdims=0)
+    # Counts below n, summed in a float type that holds them exactly (integer ReduceSum is a `wrong` kernel:
+    # ORT sums through float64 and saturates); TopK orders the distinct counts as they are.
+    count_dtype = np.float32 if n < 2 ** 24 else np.float64
+    position = b.op("ReduceSum", b.cast(before, count_dtype), b.shape_const([rank]), keepdims=0)
     _, perm = b.ops("TopK", position, b.shape_const([n]), num_outputs=2, axis=-1, largest=0, sorted=1)
     return transpose_to(b, perm, [moved.index(d) for d in range(rank)])
 
