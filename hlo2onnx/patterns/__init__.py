@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from hlo2onnx.patterns import algebra, attention, convolution, engine, movement
+from hlo2onnx.patterns import algebra, attention, convolution, engine, movement, remainder
 from hlo2onnx.patterns.cleanup import drop_unread_initializers, canonicalize, clean
 from hlo2onnx.patterns.fusions import fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
@@ -75,7 +75,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
         clean(model)  # the first fusions leave dead nodes behind, and a pattern needs its values used only once
         fusions += engine.apply_rules(model, late)
     report.fusions = dict(fusions)
-    report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES})
+    report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES, **remainder.RULES})
     clean(model)
     report.rewrites += algebra.widen_broadcasts(model)
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.
