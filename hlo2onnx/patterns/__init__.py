@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from hlo2onnx.patterns import algebra, attention, convolution, engine, movement, remainder
+from hlo2onnx.patterns import algebra, attention, convolution, engine, last_axis, movement, remainder
 from hlo2onnx.patterns.cleanup import drop_unread_initializers, canonicalize, clean
 from hlo2onnx.patterns.fusions import fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
@@ -78,6 +78,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES, **remainder.RULES})
     clean(model)
     report.rewrites += algebra.widen_broadcasts(model)
+    report.rewrites += last_axis.widen_last_axes(model)
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
     drop_unread_initializers(model)
