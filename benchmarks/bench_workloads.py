@@ -78,10 +78,10 @@ def _cfd_step64(quick: bool):
 
 # name -> (label, x64, make(quick) -> (fn, args, calls per round))
 WORKLOADS = {
-    "cfd_rollout": ("CFD rollout 12x25 f32 (quick 4x5)", False, _cfd_rollout),
+    "cfd_rollout": ("CFD rollout f32 12x25 (--quick 4x5)", False, _cfd_rollout),
     "fire_f64": ("FIRE step N=1000 f64", True, _fire_f64),
     "fire_f32": ("FIRE step N=1000 f32", False, _model(bench_models.fire)),
-    "fire_loop": ("FIRE x100 fori_loop f32 (quick x10)", False, _fire_loop),
+    "fire_loop": ("FIRE x100 fori_loop f32 (--quick x10)", False, _fire_loop),
     "cfd_step64": ("CFD step 64x64 f32", False, _cfd_step64),
     "mlp": ("MLP predict", False, _model(bench_models.mlp)),
     "cnn": ("CNN (BN, NHWC)", False, _model(bench_models.cnn)),
