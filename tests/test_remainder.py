@@ -109,3 +109,17 @@ def test_split_is_exact(dtype, c):
     assert hi + lo == c and abs(lo) <= abs(c) * 2.0 ** (-(bits // 2) + 1)
     mantissa = np.frexp(hi)[0] * 2.0 ** ((bits + 1) // 2)
     assert mantissa == np.floor(mantissa)  # half the bits: f * hi is exact for |f| < 2 ** (bits // 2)
+
+
+def test_mod_rewritten_inside_a_loop_body():
+    """fori_loop bodies: the comparisons against hoisted splats had no static shape, so no rewrite fired there
+    (patterns/body_shapes.py)."""
+    c = np.float32(C)  # no product before the mod: XLA would fuse x * k + c into an FMA, and ORT does not
+
+    def loop(x):
+        return jax.lax.fori_loop(0, 3, lambda i, x: jnp.mod(x + c / 2, c) - c / 2, x)
+
+    case = Case("loop", loop, (edge_values(np.float32, C, size=70000),))
+    run_case(case)
+    ops = all_ops(case.fun, *case.args)
+    assert ops["Loop"] == 1 and ops["Mod"] == 0 and ops["Floor"] == 1, dict(ops)
