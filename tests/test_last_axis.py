@@ -49,3 +49,29 @@ def test_small_arrays_keep_the_broadcast():
     case = Case("small", force, operands(20))
     run_case(case)
     assert all_ops(case.fun, *case.args)["Concat"] == 0
+
+
+
+def test_widened_inside_a_fire_loop():
+    """JAX-MD's FIRE in a fori_loop: the force's s[..., None] is a Reshape that had no static shape in the body
+    until patterns/body_shapes.py gave it one."""
+    from jax_md import energy, minimize, quantity, space
+
+    n = 200
+    box = quantity.box_size_at_number_density(n, 0.8, 2)
+    displacement, shift = space.periodic(box)
+    with jax.enable_x64(True):
+        positions = jax.random.uniform(jax.random.PRNGKey(0), (n, 2), maxval=box, dtype=jnp.float64)
+        fire_init, fire_apply = minimize.fire_descent(energy.soft_sphere_pair(displacement), shift)
+        leaves, tree = jax.tree_util.tree_flatten(fire_init(positions))
+        leaves = [np.asarray(jnp.asarray(leaf)) for leaf in leaves]
+
+    def loop(*leaves):
+        state = jax.tree_util.tree_unflatten(tree, leaves)
+        return jax.lax.fori_loop(0, 3, lambda i, s: fire_apply(s), state).position
+
+    case = Case("fire_loop", loop, leaves, x64=True)
+    run_case(case)
+    with jax.enable_x64(True):
+        ops = all_ops(case.fun, *case.args)
+    assert ops["Loop"] == 1 and ops["Concat"] >= 1 and ops["Mod"] == 1, dict(ops)
