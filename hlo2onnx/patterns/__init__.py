@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from hlo2onnx.patterns import algebra, attention, convolution, engine, movement
+from hlo2onnx.patterns import algebra, attention, body_shapes, convolution, engine, last_axis, movement, remainder
 from hlo2onnx.patterns.cleanup import drop_unread_initializers, canonicalize, clean
 from hlo2onnx.patterns.fusions import fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
@@ -58,6 +58,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     ops_before = Counter(node.op_type for node in model.graph.all_nodes())
     opset = model.opset_imports.get("", 0)
     report = Report(nodes_before=sum(ops_before.values()), ops_before=dict(ops_before))
+    body_shapes.fill_elementwise_shapes(model)  # before the clean-up, whose rules need static shapes
     canonicalize(model)
     if sink_transposes(model):  # NHWC<->NCHW pairs around convolutions cancel; merge what that exposes
         clean(model)
@@ -68,9 +69,10 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
             clean(model)  # the first fusions leave dead nodes behind; a pattern needs its values used only once
             fusions += engine.apply_rules(model, late)
     report.fusions = dict(fusions)
-    report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES})
+    report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES, **remainder.RULES})
     clean(model)
     report.rewrites += algebra.widen_broadcasts(model)
+    report.rewrites += last_axis.widen_last_axes(model)
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
     drop_unread_initializers(model)

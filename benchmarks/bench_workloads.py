@@ -1,0 +1,138 @@
+"""The issue-12 table in one run: mnjit / jax.jit on every seed workload, with the load average beside it.
+
+Workloads (steady state, the median of interleaved rounds, mnjit and jax.jit alternating):
+  cfd_rollout   JAX-CFD channel flow, 12 x 25 steps on 512x128, f32 (bench_samples.cfd_case)
+  fire_f64      JAX-MD FIRE step, N=1000 in 2-D, f64 (bench_samples.fire_case)
+  fire_f32      the same step in f32 (bench_models.fire)
+  fire_loop     100 FIRE f32 steps in a lax.fori_loop
+  cfd_step64    one channel-flow step on a 64x64 grid, f32
+  mlp, cnn, transformer, mnist   bench_models' builders
+then the geomean of the ratios. Arguments are jax arrays (jax.device_put): jax.jit copies a
+numpy argument on every call, which would tax jax.jit, not mnjit.
+
+    python benchmarks/bench_workloads.py [--quick] [--only fire_f64,mlp] [--rounds 7]
+
+The machine's load is printed per workload: on a shared machine a ratio means little without it.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+from jax import lax
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "samples"))
+sys.path.insert(0, str(HERE))
+import bench_models  # noqa: E402
+import bench_samples  # noqa: E402
+
+from mnjit import mnjit  # noqa: E402
+
+
+def _on_device(args):
+    return jax.device_put(jax.tree_util.tree_map(jax.numpy.asarray, args))
+
+
+def _model(builder):
+    """A bench_models builder as (function, device arguments, calls per round)."""
+    def make(quick: bool):
+        model = builder()
+        return model.fun, _on_device(model.args), max(1, model.calls // (4 if quick else 1))
+    return make
+
+
+def _fire_f64(quick: bool):
+    fn, args = bench_samples.fire_case()
+    return fn, _on_device(args), 3 if quick else 10
+
+
+def _fire_loop(quick: bool):
+    model = bench_models.fire()
+    steps = 10 if quick else 100
+
+    def run(*leaves):
+        return lax.fori_loop(0, steps, lambda _, state: tuple(model.fun(*state)), tuple(leaves))
+
+    return run, _on_device(model.args), 1
+
+
+def _cfd_rollout(quick: bool):
+    fn, args = bench_samples.cfd_case(5, 4) if quick else bench_samples.cfd_case(25, 12)
+    return fn, _on_device(args), 1
+
+
+def _cfd_step64(quick: bool):
+    from jaxcfd_channel_flow import build
+
+    fn, v0 = build(1, 1, size=(64, 64))
+    return fn, _on_device((v0,)), 5 if quick else 20
+
+
+# name -> (label, x64, make(quick) -> (fn, args, calls per round))
+WORKLOADS = {
+    "cfd_rollout": ("CFD rollout f32 12x25 (--quick 4x5)", False, _cfd_rollout),
+    "fire_f64": ("FIRE step N=1000 f64", True, _fire_f64),
+    "fire_f32": ("FIRE step N=1000 f32", False, _model(bench_models.fire)),
+    "fire_loop": ("FIRE x100 fori_loop f32 (--quick x10)", False, _fire_loop),
+    "cfd_step64": ("CFD step 64x64 f32", False, _cfd_step64),
+    "mlp": ("MLP predict", False, _model(bench_models.mlp)),
+    "cnn": ("CNN (BN, NHWC)", False, _model(bench_models.cnn)),
+    "transformer": ("transformer block", False, _model(bench_models.transformer)),
+    "mnist": ("MNIST train step", False, _model(bench_models.mnist_step)),
+}
+
+
+def interleaved(fns: dict, args, rounds: int, calls: int) -> dict[str, float]:
+    """Median seconds per call over `rounds`; within a round the candidates alternate, so they share the noise."""
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                out = fn(*args)
+            jax.block_until_ready(out)
+            samples[name].append((time.perf_counter() - start) / calls)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def measure(name: str, rounds: int, quick: bool) -> float:
+    label, x64, make = WORKLOADS[name]
+    with jax.enable_x64(x64):
+        fn, args, calls = make(quick)
+        fns = {"mnjit": mnjit(fn), "jax.jit": jax.jit(fn)}
+        for f in fns.values():  # first calls: trace, convert or compile, and warm up
+            jax.block_until_ready(f(*args))
+            jax.block_until_ready(f(*args))
+        times = interleaved(fns, args, rounds, calls)
+    ratio = times["mnjit"] / times["jax.jit"]
+    load = os.getloadavg()[0]
+    print(f"{label:36s} mnjit {times['mnjit'] * 1e3:9.3f} ms  jax.jit {times['jax.jit'] * 1e3:9.3f} ms  "
+          f"ratio {ratio:5.2f}  load {load:4.1f}", flush=True)
+    return ratio
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter CFD rollout and FIRE loop, 3 rounds")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--only", help="comma-separated workload names: " + ",".join(WORKLOADS))
+    args = parser.parse_args(argv)
+    names = args.only.split(",") if args.only else list(WORKLOADS)
+    rounds = args.rounds or (3 if args.quick else 7)
+    print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()}; "
+          f"median of {rounds} interleaved rounds; ratio = mnjit / jax.jit (< 1: mnjit faster)", flush=True)
+    ratios = {name: measure(name, rounds, args.quick) for name in names}
+    geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+    print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} ratio {geomean:5.2f}  load {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

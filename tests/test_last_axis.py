@@ -1,0 +1,77 @@
+"""A short last axis that broadcasts, s[..., 1] op v[..., K], becomes a Concat of K copies (patterns/last_axis.py).
+
+Values must be jax.jit's (NaN, infinities, signed zeros in both operands), and the
+graph must hold the Concat where the rule applies and not where the array is small.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness import Case, rand, run_case
+from test_algebra import all_ops
+
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -2.5, 1e-30])
+
+
+def operands(n: int, dtype=np.float32):
+    s = rand((n, n), dtype, seed=1)
+    v = rand((n, n, 2), dtype, seed=2)
+    s.ravel()[:len(SPECIAL)] = SPECIAL
+    v[0, :len(SPECIAL), 0] = SPECIAL[::-1]
+    v[0, :len(SPECIAL), 1] = SPECIAL
+    return s, v
+
+
+def force(s, v):  # JAX-MD's pair force: the scalar per pair times the displacement, summed over one side
+    return jnp.sum(s[..., None] * v, axis=1)
+
+
+CASES = [
+    Case("mul", lambda s, v: s[..., None] * v, operands(300)),  # f32 sums of 300 terms differ by summation order
+    Case("mul_sum_f64", force, operands(300, np.float64), x64=True),
+    Case("add", lambda s, v: v + s[..., None], operands(300)),
+    Case("sub_narrow_first", lambda s, v: s[..., None] - v, operands(300)),
+    Case("div", lambda s, v: v / s[..., None], operands(300)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_widened(case):
+    run_case(case)
+    with jax.enable_x64(case.x64):
+        assert all_ops(case.fun, *case.args)["Concat"] == 1
+
+
+def test_small_arrays_keep_the_broadcast():
+    case = Case("small", force, operands(20))
+    run_case(case)
+    assert all_ops(case.fun, *case.args)["Concat"] == 0
+
+
+
+def test_widened_inside_a_fire_loop():
+    """JAX-MD's FIRE in a fori_loop: the force's s[..., None] is a Reshape that had no static shape in the body
+    until patterns/body_shapes.py gave it one."""
+    from jax_md import energy, minimize, quantity, space
+
+    n = 200
+    box = quantity.box_size_at_number_density(n, 0.8, 2)
+    displacement, shift = space.periodic(box)
+    with jax.enable_x64(True):
+        positions = jax.random.uniform(jax.random.PRNGKey(0), (n, 2), maxval=box, dtype=jnp.float64)
+        fire_init, fire_apply = minimize.fire_descent(energy.soft_sphere_pair(displacement), shift)
+        leaves, tree = jax.tree_util.tree_flatten(fire_init(positions))
+        leaves = [np.asarray(jnp.asarray(leaf)) for leaf in leaves]
+
+    def loop(*leaves):
+        state = jax.tree_util.tree_unflatten(tree, leaves)
+        return jax.lax.fori_loop(0, 3, lambda i, s: fire_apply(s), state).position
+
+    case = Case("fire_loop", loop, leaves, x64=True)
+    run_case(case)
+    with jax.enable_x64(True):
+        ops = all_ops(case.fun, *case.args)
+    assert ops["Loop"] == 1 and ops["Concat"] >= 1 and ops["Mod"] == 1, dict(ops)
