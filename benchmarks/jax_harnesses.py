@@ -1,0 +1,213 @@
+"""Run JAX's own primitive harnesses (jax/_src/internal_test_util/test_harnesses.py) through mnjit.
+
+Every harness that JAX itself runs on CPU (the harness's own `filter("cpu")`, which drops
+what JAX marks unimplemented there) is run as `mnjit(h.dyn_fun)` and `jax.jit(h.dyn_fun)` on
+the same `h.dyn_args_maker(rng)` inputs, and classified:
+
+  pass     same tree, shapes, dtypes, values within the dtype's tolerance, NaNs in place
+  refused  a clean hlo2onnx error (UnsupportedOpError, ...) naming the op
+  wrong    ran, but the result differs
+  crash    any other exception (ORT rejecting the model, a Python error in a rule, ...)
+
+Harnesses that jax.jit itself fails on are counted as `jax-fail` and left out of the rate.
+
+    python benchmarks/jax_harnesses.py [--x64] [--only NAME] [--jobs N] [--json OUT] [--sample K]
+
+--only keeps harnesses whose group or full name contains NAME. --jobs N runs N shards as
+subprocesses and merges them. The x64 mode is fixed before jax is imported (the harness
+list depends on it).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+
+TOL = {  # (rtol, atol): jax's own harness tests use comparable per-dtype tolerances
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 5e-2),
+    "float32": (1e-4, 1e-4),
+    "float64": (1e-9, 1e-9),
+    "complex64": (1e-4, 1e-4),
+    "complex128": (1e-9, 1e-9),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--x64", action="store_true", help="run with jax_enable_x64")
+    p.add_argument("--only", default=None, help="keep harnesses whose name contains this")
+    p.add_argument("--jobs", type=int, default=1, help="parallel shards (subprocesses)")
+    p.add_argument("--shard", default=None, help="i/N: run only this shard (used by --jobs)")
+    p.add_argument("--sample", type=int, default=0, help="run every K-th harness only")
+    p.add_argument("--json", default=None, help="write per-harness results here")
+    p.add_argument("--verbose", "-v", action="store_true", help="print each non-pass with its message")
+    return p.parse_args(argv)
+
+
+def select(harnesses, args):
+    out = []
+    for h in harnesses:
+        if not h.filter("cpu", include_jax_unimpl=False):
+            continue
+        if any(l.skip_run and l.filter(device="cpu", dtype=h.dtype) for l in h.jax_unimplemented):
+            continue
+        if args.only and args.only not in h.fullname and args.only not in h.group_name:
+            continue
+        out.append(h)
+    if args.sample > 1:
+        out = out[:: args.sample]
+    if args.shard:
+        i, n = map(int, args.shard.split("/"))
+        out = out[i::n]
+    return out
+
+
+def compare(actual, expected):
+    import jax
+    import ml_dtypes
+    import numpy as np
+
+    a_leaves, a_tree = jax.tree_util.tree_flatten(actual)
+    e_leaves, e_tree = jax.tree_util.tree_flatten(expected)
+    if a_tree != e_tree:
+        return f"tree {a_tree} != {e_tree}"
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return f"[{i}] {a.dtype}{a.shape} != {e.dtype}{e.shape}"
+        if e.dtype.kind == "V" or str(e.dtype).startswith("key"):
+            continue
+        rtol, atol = TOL.get(e.dtype.name, (0, 0))
+        if e.dtype == ml_dtypes.bfloat16 or e.dtype.kind == "f" and e.dtype.itemsize < 4:
+            a, e = a.astype(np.float32), e.astype(np.float32)
+        elif e.dtype.kind == "f" and e.dtype.itemsize == 1 or str(e.dtype).startswith("float8"):
+            a, e = a.astype(np.float32), e.astype(np.float32)
+        try:
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as err:
+            return f"[{i}] " + " ".join(str(err).split())[:300]
+    return None
+
+
+def run_one(h, seed=0):
+    import jax
+    import numpy as np
+
+    from hlo2onnx.errors import Hlo2OnnxError
+    from mnjit import mnjit
+
+    rng = np.random.RandomState(seed)
+    args = h.dyn_args_maker(rng)
+    try:
+        expected = jax.jit(h.dyn_fun)(*args)
+        jax.block_until_ready(expected)
+    except Exception as err:  # noqa: BLE001
+        return "jax-fail", f"{type(err).__name__}: {str(err)[:200]}"
+    try:
+        actual = mnjit(h.dyn_fun)(*args)
+    except Hlo2OnnxError as err:
+        return "refused", f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    except Exception as err:  # noqa: BLE001
+        tb = traceback.extract_tb(err.__traceback__)
+        where = f" at {tb[-1].filename.rsplit('/', 2)[-1]}:{tb[-1].lineno}" if tb else ""
+        return "crash", f"{type(err).__name__}{where}: {' '.join(str(err).split())[:300]}"
+    msg = compare(actual, expected)
+    return ("wrong", msg) if msg else ("pass", "")
+
+
+def dtype_name(h):
+    import numpy as np
+
+    try:
+        return np.dtype(h.dtype).name
+    except TypeError:
+        return str(h.dtype)
+
+
+def run_shard(args):
+    if args.x64:
+        os.environ["JAX_ENABLE_X64"] = "1"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+
+    jax.config.update("jax_enable_x64", bool(args.x64))
+    from jax._src.internal_test_util import test_harnesses
+
+    results = []
+    for h in select(test_harnesses.all_harnesses, args):
+        t0 = time.perf_counter()
+        status, msg = run_one(h)
+        results.append(dict(name=h.fullname, group=h.group_name, dtype=dtype_name(h), status=status,
+                            msg=msg, seconds=round(time.perf_counter() - t0, 3)))
+        if args.verbose and status != "pass":
+            print(f"{status:8s} {h.fullname}: {msg}", flush=True)
+    return results
+
+
+def run_parallel(args):
+    procs = []
+    outs = []
+    for i in range(args.jobs):
+        out = f"{args.json or '/tmp/jax_harnesses'}.shard{i}.json"
+        outs.append(out)
+        cmd = [sys.executable, __file__, "--shard", f"{i}/{args.jobs}", "--json", out]
+        cmd += ["--x64"] if args.x64 else []
+        cmd += ["--only", args.only] if args.only else []
+        cmd += ["--sample", str(args.sample)] if args.sample else []
+        cmd += ["-v"] if args.verbose else []
+        procs.append(subprocess.Popen(cmd))
+    for p in procs:
+        p.wait()
+    results = []
+    for out in outs:
+        with open(out) as f:
+            results += json.load(f)
+        os.remove(out)
+    return results
+
+
+def report(results, x64):
+    counts = collections.Counter(r["status"] for r in results)
+    eligible = len(results) - counts["jax-fail"]
+    print(f"\n== x64={'on' if x64 else 'off'}: {counts['pass']} of {eligible} pass "
+          f"({100 * counts['pass'] / max(eligible, 1):.1f}%); " +
+          ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    by_dtype = collections.defaultdict(collections.Counter)
+    by_group = collections.defaultdict(collections.Counter)
+    for r in results:
+        by_dtype[r["dtype"]][r["status"]] += 1
+        by_group[r["group"]][r["status"]] += 1
+    print("\nper dtype (pass/eligible):")
+    for d, c in sorted(by_dtype.items()):
+        print(f"  {d:12s} {c['pass']}/{sum(c.values()) - c['jax-fail']}  " +
+              ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "pass"))
+    print("\nprimitives with failures:")
+    for g, c in sorted(by_group.items(), key=lambda kv: -(sum(kv[1].values()) - kv[1]["pass"])):
+        if sum(c.values()) - c["pass"] - c["jax-fail"] > 0:
+            print(f"  {g:32s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+    print("\nnon-pass by message:")
+    msgs = collections.Counter((r["status"], r["group"], r["msg"][:120]) for r in results
+                               if r["status"] not in ("pass", "jax-fail"))
+    for (s, g, m), n in msgs.most_common():
+        print(f"  {n:4d} {s:8s} {g}: {m}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    results = run_parallel(args) if args.jobs > 1 and not args.shard else run_shard(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=0)
+    if not args.shard:
+        report(results, args.x64)
+
+
+if __name__ == "__main__":
+    main()
