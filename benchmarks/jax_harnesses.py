@@ -28,6 +28,8 @@ import sys
 import time
 import traceback
 
+# The checkout this script lives in, ahead of any installed copy of mnjit/hlo2onnx.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TOL = {  # (rtol, atol): jax's own harness tests use comparable per-dtype tolerances
     "float16": (1e-2, 1e-2),
