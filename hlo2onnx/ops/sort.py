@@ -226,7 +226,7 @@ def _order_keys(b, x: ir.Value, dtype: np.dtype, kind: str) -> list[tuple[ir.Val
     return total_order_keys(b, x, dtype, kind == "canonical")
 
 
-def _keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int, first: int) -> ir.Value:
+def keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int, first: int) -> ir.Value:
     """Indices of the first `first` elements in `keys` order along `axis`: stable TopKs, least significant first."""
     passes = [(part, dtype, key.descending) for key in keys
               for part, dtype in _order_keys(b, operands[key.operand], dtypes[key.operand], key.kind)]
@@ -331,7 +331,7 @@ def sort(ctx, *operands, dimension: int, is_stable: bool = False):
     # top_k arrives as a sort whose results are only sliced to the first k: sort only those. The
     # results are then shorter than the sort's type says, which the slices (all their users) accept.
     first = _prefix_used(ctx.hlo_op, axis, n)
-    perm = _keys_permutation(b, operands, dtypes, keys, n, axis, first)
+    perm = keys_permutation(b, operands, dtypes, keys, n, axis, first)
     results = [_gather(ctx, i, x, perm, axis) for i, x in enumerate(operands)]
     for value, ttype in zip(results, ctx.out_types):
         set_type(value, ttype._replace(shape=ttype.shape[:axis] + (first,) + ttype.shape[axis + 1:]))
