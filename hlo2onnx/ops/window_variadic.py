@@ -39,23 +39,11 @@ def _valid_positions(shape, win: Window) -> list[np.ndarray]:
 
 def variadic_reduce_window(ctx, operands, win: Window):
     count = len(operands) // 2
-    xs, inits = list(operands[:count]), list(operands[count:])
     body = ctx.hlo_op.regions[0].blocks[0]
     names = [op.operation.name for op in body.operations][:-1]
     if any(name not in ELEMENTWISE_BODY_OPS for name in names):
         raise NotImplementedError(f"variadic reduce_window with body {names}")
-    if prod(win.size) > _MAX_WINDOW:
-        raise NotImplementedError(f"variadic reduce_window over windows of {prod(win.size)} elements "
-                                  f"(the fold is unrolled; at most {_MAX_WINDOW})")
     b = ctx.b
-    shape = list(ctx.in_types[0].shape)
-    out_shape = list(ctx.out_types[0].shape)
-    valid = _valid_positions(shape, win)
-    padded = []
-    for x, init, t in zip(xs, inits, ctx.in_types[:count]):
-        value, padded_shape = pad_and_dilate(b, x, shape, win, init, t.dtype)
-        padded.append(value)
-    rank = len(shape)
 
     def apply(accs, elements):
         first = b.graph.num_nodes()
@@ -64,6 +52,20 @@ def variadic_reduce_window(ctx, operands, win: Window):
             for value in node.outputs:  # the body is typed on scalars; here it runs on whole outputs
                 value.type, value.shape = None, None
         return results
+
+    return fold_windows(b, list(operands[:count]), list(operands[count:]), apply, win,
+                        list(ctx.in_types[0].shape), list(ctx.out_types[0].shape), [t.dtype for t in ctx.out_types])
+
+
+def fold_windows(b, xs, inits, apply, win: Window, shape, out_shape, dtypes):
+    """Each output: `apply(accs, elements)` folded over its window in row-major order, from `inits`."""
+    if prod(win.size) > _MAX_WINDOW:
+        raise NotImplementedError(f"reduce_window over windows of {prod(win.size)} elements with a body that "
+                                  f"must be folded in order (the fold is unrolled; at most {_MAX_WINDOW})")
+    valid = _valid_positions(shape, win)
+    # The fill is never read: padding cells and holes are masked out of the fold.
+    padded = [pad_and_dilate(b, x, shape, win, b.const(0, dtype), dtype)[0] for x, dtype in zip(xs, dtypes)]
+    rank = len(shape)
 
     accs = inits
     for offsets in itertools.product(*(range(k) for k in win.size)):
@@ -85,8 +87,8 @@ def variadic_reduce_window(ctx, operands, win: Window):
         folded = apply(accs, elements)
         if not mask.all():
             keep = b.const(mask)
-            folded = [b.typed("Where", keep, new, old, dtype=t.dtype, cast=(1, 2))
-                      for new, old, t in zip(folded, accs, ctx.out_types)]
+            folded = [b.typed("Where", keep, new, old, dtype=dtype, cast=(1, 2))
+                      for new, old, dtype in zip(folded, accs, dtypes)]
         accs = folded
     shape_const = b.shape_const(out_shape)
-    return [b.typed("Expand", acc, shape_const, dtype=t.dtype, cast=(0,)) for acc, t in zip(accs, ctx.out_types)]
+    return [b.typed("Expand", acc, shape_const, dtype=dtype, cast=(0,)) for acc, dtype in zip(accs, dtypes)]
