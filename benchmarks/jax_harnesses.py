@@ -49,6 +49,8 @@ def parse_args(argv=None):
     p.add_argument("--shard", default=None, help="i/N: run only this shard (used by --jobs)")
     p.add_argument("--sample", type=int, default=0, help="run every K-th harness only")
     p.add_argument("--json", default=None, help="write per-harness results here")
+    p.add_argument("--rerun", default=None,
+                   help="a previous --json: run again only its non-passing harnesses, keep its passes")
     p.add_argument("--verbose", "-v", action="store_true", help="print each non-pass with its message")
     return p.parse_args(argv)
 
@@ -65,6 +67,10 @@ def select(harnesses, args):
         out.append(h)
     if args.sample > 1:
         out = out[:: args.sample]
+    if args.rerun:
+        with open(args.rerun) as f:
+            again = {r["name"] for r in json.load(f) if r["status"] != "pass"}
+        out = [h for h in out if h.fullname in again]
     if args.shard:
         i, n = map(int, args.shard.split("/"))
         out = out[i::n]
@@ -204,6 +210,11 @@ def report(results, x64):
 def main(argv=None):
     args = parse_args(argv)
     results = run_parallel(args) if args.jobs > 1 and not args.shard else run_shard(args)
+    if args.rerun and not args.shard:
+        with open(args.rerun) as f:
+            previous = json.load(f)
+        fresh = {r["name"]: r for r in results}
+        results = [fresh.get(r["name"], r) for r in previous]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=0)
