@@ -28,7 +28,7 @@ from hlo2onnx.ops.control_flow import _finish_subgraph, _graph_input
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.translator import set_type
-from hlo2onnx.types import TensorType
+from hlo2onnx.types import TensorType, is_float
 
 _INT64_MIN = np.iinfo(np.int64).min
 _I64 = TensorType((), np.dtype(np.int64))
@@ -44,7 +44,7 @@ def _lapack(*routines: str):
 
 # -- helpers ---------------------------------------------------------------------------------------------
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
-    if np.dtype(dtype).kind != "f":
+    if not is_float(dtype):  # bfloat16 is a float whose numpy kind is "V"
         raise NotImplementedError(f"{np.dtype(dtype)} matrices are not supported")
     # f16/bf16 (only stablehlo.triangular_solve sees them) are solved in f32 and rounded once.
     return np.dtype(dtype) if np.dtype(dtype).itemsize >= 4 else np.dtype(np.float32)
