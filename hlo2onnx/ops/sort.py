@@ -271,6 +271,11 @@ def _pairwise_permutation(ctx, operands, n: int, axis: int) -> ir.Value:
         for axes in ([rank], [rank - 1]):  # lhs[..., i, j] = x_i, rhs[..., i, j] = x_j
             args.append(b.op("Expand", b.op("Unsqueeze", moved_x, b.shape_const(axes)), b.shape_const(pair_shape)))
     less = _emit_pairwise(ctx, ctx.hlo_op.regions[0].blocks[0], args, pair_shape)
+    return permutation_from_less(b, less, n, rank, moved)
+
+
+def permutation_from_less(b, less: ir.Value, n: int, rank: int, moved: list[int]) -> ir.Value:
+    """The stable sort permutation from less[..., i, j] = comp(x_i, x_j) over the sorted axis moved last."""
     swap = list(range(rank - 1)) + [rank, rank - 1]
     greater = b.op("Transpose", less, perm=swap)  # greater[i, j] = comp(x_j, x_i): j goes before i
     line = b.op("Range", b.const(0, np.int64), b.const(n, np.int64), b.const(1, np.int64))
