@@ -1,119 +1,226 @@
-"""JAX's own primitive harnesses (jax/_src/internal_test_util/test_harnesses.py) through mnjit, against jax.jit.
+"""Run JAX's own primitive harnesses (jax/_src/internal_test_util/test_harnesses.py) through mnjit.
 
-    python benchmarks/jax_harnesses.py [--x64] [--only NAME] [--out results.jsonl] [--limit N]
+Every harness that JAX itself runs on CPU (the harness's own `filter("cpu")`, which drops
+what JAX marks unimplemented there) is run as `mnjit(h.dyn_fun)` and `jax.jit(h.dyn_fun)` on
+the same `h.dyn_args_maker(rng)` inputs, and classified:
 
-Every harness jax runs on CPU (its own `filter("cpu")`; without --x64, those whose dtype is 64-bit are
-left out, as jax would narrow them) is called through `mnjit(h.dyn_fun)` and `jax.jit(h.dyn_fun)` on the
-same arguments, and classified:
-- pass: same tree, shapes and dtypes; values within the dtype's tolerance, NaNs in the same places;
-- refused: a clean hlo2onnx error (an op or form without a translation), raised before anything runs;
-- wrong: results differ;
-- crash: any other exception;
-- jax-fails: jax.jit itself raises (not counted).
-Prints the pass rate per mode and the failing groups; --out keeps one JSON line per harness.
+  pass     same tree, shapes, dtypes, values within the dtype's tolerance, NaNs in place
+  refused  a clean hlo2onnx error (UnsupportedOpError, ...) naming the op
+  wrong    ran, but the result differs
+  crash    any other exception (ORT rejecting the model, a Python error in a rule, ...)
+
+Harnesses that jax.jit itself fails on are counted as `jax-fail` and left out of the rate.
+
+    python benchmarks/jax_harnesses.py [--x64] [--only NAME] [--jobs N] [--json OUT] [--sample K]
+
+--only keeps harnesses whose group or full name contains NAME. --jobs N runs N shards as
+subprocesses and merges them. The x64 mode is fixed before jax is imported (the harness
+list depends on it).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import os
+import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
-from pathlib import Path
+import traceback
 
-import jax
-import numpy as np
+# The checkout this script lives in, ahead of any installed copy of mnjit/hlo2onnx.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+TOL = {  # (rtol, atol): jax's own harness tests use comparable per-dtype tolerances
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 5e-2),
+    "float32": (1e-4, 1e-4),
+    "float64": (1e-9, 1e-9),
+    "complex64": (1e-4, 1e-4),
+    "complex128": (1e-9, 1e-9),
+}
 
-# Tolerances by dtype kind and width (rtol = atol): transcendental functions differ from XLA's by a few ulp.
-_TOL = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-12,
-        "complex64": 1e-5, "complex128": 1e-12}
-_WIDE = {"float64", "int64", "uint64", "complex128"}
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--x64", action="store_true", help="run with jax_enable_x64")
+    p.add_argument("--only", default=None, help="keep harnesses whose name contains this")
+    p.add_argument("--jobs", type=int, default=1, help="parallel shards (subprocesses)")
+    p.add_argument("--shard", default=None, help="i/N: run only this shard (used by --jobs)")
+    p.add_argument("--sample", type=int, default=0, help="run every K-th harness only")
+    p.add_argument("--json", default=None, help="write per-harness results here")
+    p.add_argument("--rerun", default=None,
+                   help="a previous --json: run again only its non-passing harnesses, keep its passes")
+    p.add_argument("--verbose", "-v", action="store_true", help="print each non-pass with its message")
+    return p.parse_args(argv)
 
 
-def _close(actual, expected) -> str | None:
+def select(harnesses, args):
+    out = []
+    for h in harnesses:
+        if not h.filter("cpu", include_jax_unimpl=False):
+            continue
+        if any(l.skip_run and l.filter(device="cpu", dtype=h.dtype) for l in h.jax_unimplemented):
+            continue
+        if args.only and args.only not in h.fullname and args.only not in h.group_name:
+            continue
+        out.append(h)
+    if args.sample > 1:
+        out = out[:: args.sample]
+    if args.rerun:
+        with open(args.rerun) as f:
+            again = {r["name"] for r in json.load(f) if r["status"] != "pass"}
+        out = [h for h in out if h.fullname in again]
+    if args.shard:
+        i, n = map(int, args.shard.split("/"))
+        out = out[i::n]
+    return out
+
+
+def compare(actual, expected):
+    import jax
+    import ml_dtypes
+    import numpy as np
+
     a_leaves, a_tree = jax.tree_util.tree_flatten(actual)
     e_leaves, e_tree = jax.tree_util.tree_flatten(expected)
     if a_tree != e_tree:
         return f"tree {a_tree} != {e_tree}"
-    for a, e in zip(a_leaves, e_leaves):
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
         a, e = np.asarray(a), np.asarray(e)
         if a.shape != e.shape or a.dtype != e.dtype:
-            return f"{a.dtype}{list(a.shape)} != {e.dtype}{list(e.shape)}"
-        tol = _TOL.get(str(a.dtype))
-        if tol is None:  # bool, integers, float8: exact (float8 compared by bits)
-            if not np.array_equal(a.view(np.uint8) if a.dtype.kind == "V" else a,
-                                  e.view(np.uint8) if e.dtype.kind == "V" else e):
-                return "values differ (exact dtype)"
+            return f"[{i}] {a.dtype}{a.shape} != {e.dtype}{e.shape}"
+        if e.dtype.kind == "V" or str(e.dtype).startswith("key"):
             continue
-        wide = np.complex128 if a.dtype.kind == "c" else np.float64  # bfloat16 converts too
+        rtol, atol = TOL.get(e.dtype.name, (0, 0))
+        if e.dtype == ml_dtypes.bfloat16 or e.dtype.kind == "f" and e.dtype.itemsize < 4:
+            a, e = a.astype(np.float32), e.astype(np.float32)
+        elif e.dtype.kind == "f" and e.dtype.itemsize == 1 or str(e.dtype).startswith("float8"):
+            a, e = a.astype(np.float32), e.astype(np.float32)
         try:
-            np.testing.assert_allclose(a.astype(wide), e.astype(wide), rtol=tol, atol=tol, equal_nan=True)
-        except AssertionError as error:
-            return " ".join(str(error).split())[:300]
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as err:
+            return f"[{i}] " + " ".join(str(err).split())[:300]
     return None
 
 
-def run(harness, mnjit, hlo2onnx) -> tuple[str, str]:
-    rng = np.random.RandomState(0)
-    args = harness.dyn_args_maker(rng)
-    try:
-        expected = jax.block_until_ready(jax.jit(harness.dyn_fun)(*args))
-    except Exception as error:  # noqa: BLE001  jax's own failure: nothing to compare
-        return "jax-fails", f"{type(error).__name__}: {str(error)[:200]}"
-    try:
-        actual = jax.block_until_ready(mnjit(harness.dyn_fun)(*args))
-    except (hlo2onnx.Hlo2OnnxError, NotImplementedError) as error:
-        return "refused", " ".join(str(error).split())[:300]
-    except Exception as error:  # noqa: BLE001  classified, not hidden
-        return "crash", f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
-    problem = _close(actual, expected)
-    return ("pass", "") if problem is None else ("wrong", problem)
+def run_one(h, seed=0):
+    import jax
+    import numpy as np
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--x64", action="store_true", help="run with jax_enable_x64")
-    parser.add_argument("--only", help="harnesses whose full name contains this")
-    parser.add_argument("--out", type=Path, help="write one JSON line per harness here")
-    parser.add_argument("--limit", type=int, help="stop after this many harnesses")
-    args = parser.parse_args(argv)
-    jax.config.update("jax_enable_x64", args.x64)
-    from jax._src.internal_test_util import test_harnesses  # jax's own table (ships with jax)
-
-    import hlo2onnx
+    from hlo2onnx.errors import Hlo2OnnxError
     from mnjit import mnjit
 
-    chosen = [h for h in test_harnesses.all_harnesses
-              if h.filter("cpu", one_containing=args.only) and (args.x64 or np.dtype(h.dtype).name not in _WIDE)]
-    if args.limit:
-        chosen = chosen[:args.limit]
-    outcomes: Counter = Counter()
-    failing: dict[str, Counter] = defaultdict(Counter)
-    out = args.out.open("w") if args.out else None
-    start = time.perf_counter()
-    for i, harness in enumerate(chosen):
-        outcome, detail = run(harness, mnjit, hlo2onnx)
-        outcomes[outcome] += 1
-        if outcome not in ("pass", "jax-fails"):
-            failing[outcome][harness.group_name] += 1
-        if out:
-            out.write(json.dumps({"name": harness.fullname, "group": harness.group_name,
-                                  "dtype": np.dtype(harness.dtype).name, "outcome": outcome,
-                                  "detail": detail}) + "\n")
-            out.flush()
-        if (i + 1) % 250 == 0:
-            print(f"  {i + 1}/{len(chosen)} {dict(outcomes)} ({time.perf_counter() - start:.0f} s)", flush=True)
-    counted = len(chosen) - outcomes["jax-fails"]
-    mode = "x64" if args.x64 else "default (no x64)"
-    print(f"{mode}: {outcomes['pass']} of {counted} CPU harnesses pass "
-          f"({100 * outcomes['pass'] / max(counted, 1):.1f}%); {dict(outcomes)}")
-    for outcome in ("wrong", "crash", "refused"):
-        if failing[outcome]:
-            print(f"  {outcome}: " + ", ".join(f"{g} {n}" for g, n in failing[outcome].most_common()))
-    return 1 if outcomes["wrong"] or outcomes["crash"] else 0
+    rng = np.random.RandomState(seed)
+    args = h.dyn_args_maker(rng)
+    try:
+        expected = jax.jit(h.dyn_fun)(*args)
+        jax.block_until_ready(expected)
+    except Exception as err:  # noqa: BLE001
+        return "jax-fail", f"{type(err).__name__}: {str(err)[:200]}"
+    try:
+        actual = mnjit(h.dyn_fun)(*args)
+    except Hlo2OnnxError as err:
+        return "refused", f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    except Exception as err:  # noqa: BLE001
+        tb = traceback.extract_tb(err.__traceback__)
+        where = f" at {tb[-1].filename.rsplit('/', 2)[-1]}:{tb[-1].lineno}" if tb else ""
+        return "crash", f"{type(err).__name__}{where}: {' '.join(str(err).split())[:300]}"
+    msg = compare(actual, expected)
+    return ("wrong", msg) if msg else ("pass", "")
+
+
+def dtype_name(h):
+    import numpy as np
+
+    try:
+        return np.dtype(h.dtype).name
+    except TypeError:
+        return str(h.dtype)
+
+
+def run_shard(args):
+    if args.x64:
+        os.environ["JAX_ENABLE_X64"] = "1"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+
+    jax.config.update("jax_enable_x64", bool(args.x64))
+    from jax._src.internal_test_util import test_harnesses
+
+    results = []
+    for h in select(test_harnesses.all_harnesses, args):
+        t0 = time.perf_counter()
+        status, msg = run_one(h)
+        results.append(dict(name=h.fullname, group=h.group_name, dtype=dtype_name(h), status=status,
+                            msg=msg, seconds=round(time.perf_counter() - t0, 3)))
+        if args.verbose and status != "pass":
+            print(f"{status:8s} {h.fullname}: {msg}", flush=True)
+    return results
+
+
+def run_parallel(args):
+    procs = []
+    outs = []
+    for i in range(args.jobs):
+        out = f"{args.json or '/tmp/jax_harnesses'}.shard{i}.json"
+        outs.append(out)
+        cmd = [sys.executable, __file__, "--shard", f"{i}/{args.jobs}", "--json", out]
+        cmd += ["--x64"] if args.x64 else []
+        cmd += ["--only", args.only] if args.only else []
+        cmd += ["--sample", str(args.sample)] if args.sample else []
+        cmd += ["-v"] if args.verbose else []
+        procs.append(subprocess.Popen(cmd))
+    for p in procs:
+        p.wait()
+    results = []
+    for out in outs:
+        with open(out) as f:
+            results += json.load(f)
+        os.remove(out)
+    return results
+
+
+def report(results, x64):
+    counts = collections.Counter(r["status"] for r in results)
+    eligible = len(results) - counts["jax-fail"]
+    print(f"\n== x64={'on' if x64 else 'off'}: {counts['pass']} of {eligible} pass "
+          f"({100 * counts['pass'] / max(eligible, 1):.1f}%); " +
+          ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    by_dtype = collections.defaultdict(collections.Counter)
+    by_group = collections.defaultdict(collections.Counter)
+    for r in results:
+        by_dtype[r["dtype"]][r["status"]] += 1
+        by_group[r["group"]][r["status"]] += 1
+    print("\nper dtype (pass/eligible):")
+    for d, c in sorted(by_dtype.items()):
+        print(f"  {d:12s} {c['pass']}/{sum(c.values()) - c['jax-fail']}  " +
+              ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "pass"))
+    print("\nprimitives with failures:")
+    for g, c in sorted(by_group.items(), key=lambda kv: -(sum(kv[1].values()) - kv[1]["pass"])):
+        if sum(c.values()) - c["pass"] - c["jax-fail"] > 0:
+            print(f"  {g:32s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+    print("\nnon-pass by message:")
+    msgs = collections.Counter((r["status"], r["group"], r["msg"][:120]) for r in results
+                               if r["status"] not in ("pass", "jax-fail"))
+    for (s, g, m), n in msgs.most_common():
+        print(f"  {n:4d} {s:8s} {g}: {m}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    results = run_parallel(args) if args.jobs > 1 and not args.shard else run_shard(args)
+    if args.rerun and not args.shard:
+        with open(args.rerun) as f:
+            previous = json.load(f)
+        fresh = {r["name"]: r for r in results}
+        results = [fresh.get(r["name"], r) for r in previous]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=0)
+    if not args.shard:
+        report(results, args.x64)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -104,6 +104,24 @@ def _per_dtype(dtype) -> list[Case]:
         case("zero_size", lambda a: a * 2j, (np.zeros((0, 3), dtype),)),
         case("strided_input", lambda a: a * 2, (x[:, ::2],)),
         case("many_outputs", lambda a, b: (a, b * 1j, a.real, jnp.abs(b)), (x, y)),
+        # reductions by a lexicographic (real, imag) choice or a product, whole and windowed
+        case("reduce_max", lambda a: (a.max(0), a.max(), a.min(1)), (x,)),
+        case("reduce_max_ties", lambda a: (a.max(1), a.min(0)),
+             (np.array([[1 + 2j, 1 + 3j, 1 - 1j], [2 - 1j, 2 - 1j, -3 + 5j]], dtype),)),
+        case("reduce_window_max", lambda a: lax.reduce_window(a, dtype(-np.inf), lax.max, (2, 2), (1, 1), "VALID"),
+             (x,)),
+        case("reduce_window_min_padded", lambda a: lax.reduce_window(a, dtype(np.inf), lax.min, (2, 3), (1, 2),
+                                                                     ((1, 0), (1, 1))), (x,)),
+        case("reduce_window_mul", lambda a: lax.reduce_window(a, dtype(1), lax.mul, (2, 2), (1, 1), "SAME"), (x,),
+             tol=tol),
+        case("cumprod_cummax", lambda a: (jnp.cumprod(a, axis=1), lax.cummax(a, axis=0), lax.cummin(a, axis=1)),
+             (x,), tol=tol),
+        # sort: lexicographic (real, imag), the comparator evaluated on all pairs
+        case("sort", lambda a: (jnp.sort(a, axis=0), jnp.sort(a, axis=1), jnp.argsort(a, axis=1)), (x,)),
+        case("sort_ties_special", lambda a: (jnp.sort(a), jnp.argsort(a, descending=True)),
+             (np.array([1 + 2j, 1 - 1j, complex(np.nan, 1), 1 + 2j, -0.0 + 0j, 0j, complex(1, np.nan), -np.inf, 3j],
+                       dtype),)),
+        case("sort_with_values", lambda a, v: lax.sort((a[0], v), num_keys=1), (x, real[0])),
         # control flow
         case("fori_loop", lambda a: lax.fori_loop(0, 5, lambda i, c: c * (0.5 + 0.5j) + a, a), (x,), tol=tol),
         case("scan_stacked", lambda c, xs: lax.scan(lambda k, v: (k * v + 1j, k.conj()), c, xs), (x[0], y),
@@ -140,9 +158,9 @@ def test_complex_inputs_are_fed_without_a_copy():
 
 
 @pytest.mark.parametrize("fn, what", [
-    (lambda a: jnp.cumprod(a), "reduce_window"),
-    (lambda a: jnp.sort(a), "sort"),
-    (lambda a: a.max(), "reduce"),
+    (lambda a: jnp.cumprod(jnp.tile(a, 30)), "reduce_window"),  # a 120-element window is not folded
+    (lambda a: jnp.sort(jnp.tile(a, 600)), "sort"),  # 2400^2 comparator pairs: over the limit
+    (lambda a: lax.reduce((a, a), (0j, 0j), lambda u, v: (u[0] + v[0], u[1] * v[1]), (0,)), "reduce"),
 ])
 def test_unsupported_complex_ops_name_the_op(fn, what):
     with pytest.raises(UnsupportedOpError, match=what):

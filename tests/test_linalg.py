@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -128,6 +129,11 @@ CASES = [
     Case("triangular_solve_f16_right_upper",
          lambda a, b: lax.linalg.triangular_solve(a, b, left_side=False, lower=False, transpose_a=True),
          (U5.astype(np.float16), B53.T.astype(np.float16)), tol=(2e-3, 2e-3)),
+    Case("triangular_solve_bf16", lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=False),
+         (U5.astype(ml_dtypes.bfloat16), B53.astype(ml_dtypes.bfloat16)), tol=(3e-2, 3e-2)),
+    Case("triangular_solve_bf16_unit_x64", lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True,
+                                                                                  unit_diagonal=True),
+         (L5.astype(ml_dtypes.bfloat16), B53.astype(ml_dtypes.bfloat16)), tol=(3e-2, 3e-2), x64=True),
     # QR: geqrf + orgqr
     *[_f32(f"qr_{mode}_{name}", lambda a, mode=mode: jnp.linalg.qr(a, mode=mode), a)
       for mode in ("reduced", "complete", "r")

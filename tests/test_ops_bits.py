@@ -105,6 +105,10 @@ CASES = [
       for d in WIDE_INTS],
     Case("bitwise_bool", bitwise, (rand((3, 4), bool), rand((3, 4), bool, 1))),
     # bitcast_convert, equal widths
+    Case("bitcast_bool_bool", bitcast(np.bool_), (rand((2, 3), np.bool_),)),
+    Case("bitcast_c64_c64", bitcast(np.complex64), (rand((2, 3), np.complex64),)),
+    Case("bitcast_c128_c128", bitcast(np.complex128), (rand((2, 3), np.complex128),), x64=True),
+    Case("bitcast_c64_c64_x64", bitcast(np.complex64), (rand((4,), np.complex64),), x64=True),
     Case("bitcast_f32_i32", bitcast(jnp.int32), (float_specials(F32),)),
     Case("bitcast_f32_u32", bitcast(jnp.uint32), (float_specials(F32),)),
     Case("bitcast_f16_i16", bitcast(jnp.int16), (float_specials(F16),)),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +51,16 @@ img = rand((2, 8, 7, 3))
 seq = rand((5, 7))
 nan_img = np.where(rand((1, 6, 6, 2), seed=3) > 2.0, np.nan, rand((1, 6, 6, 2), seed=4)).astype(F32)
 ties = np.array([[1, 1, 1, 2, 2, 0, 0, 3]], F32)
+
+def pool_jvp(x, t, op, window=(2, 2), strides=(1, 1), padding=((0, 0), (0, 0)), base_dilation=(1, 1),
+             window_dilation=(1, 1)):
+    init = -jnp.inf if op is lax.max else jnp.inf
+
+    def pool(v):
+        return lax.reduce_window(v, jnp.asarray(init, v.dtype), op, window, strides, padding, base_dilation,
+                                 window_dilation)
+    return jax.jvp(pool, (x,), (t,))
+
 
 CASES = [
     # -- convolution: layouts -------------------------------------------------------
@@ -226,6 +237,19 @@ CASES = [
     Case("maxpool_grad_3d", grad_maxpool((2, 2, 3), (1, 2, 2), "SAME"), (rand((3, 5, 6)),)),
     Case("minpool_grad", jax.grad(lambda a: jnp.sum(lax.reduce_window(a, jnp.inf, lax.min, (2, 2), (1, 1), "SAME")
                                                     * jnp.arange(20.0).reshape(4, 5))), (rand((4, 5)),)),
+    # variadic reduce_window: the tangent of a max/min reduce_window is _select_and_gather_add
+    *[Case(f"select_and_gather_add_{name}", partial(pool_jvp, op=op, **kw), (rand(shape, dt), rand(shape, dt, seed=1)),
+           x64=x64)
+      for name, op, shape, dt, kw, x64 in [
+          ("max_2x2", lax.max, (4, 6), F32, {}, False),
+          ("min_2x3_stride", lax.min, (5, 7), F32, dict(window=(2, 3), strides=(2, 2)), False),
+          ("max_padded", lax.max, (4, 6), F32, dict(padding=((0, 1), (1, 1))), False),
+          ("max_dilated", lax.max, (6, 7), F32, dict(window=(2, 2), window_dilation=(2, 1), base_dilation=(1, 2)),
+           False),
+          ("max_f16", lax.max, (4, 6), np.float16, {}, False),
+          ("max_f64", lax.max, (4, 6), np.float64, dict(padding=((1, 0), (0, 2))), True),
+          ("max_f32_x64", lax.max, (3, 5), F32, {}, True),
+      ]],
 ]
 
 

@@ -99,6 +99,15 @@ CASES = [
     Case("top_k_i64", lambda a: lax.top_k(a, 4), (rand((2, 9), np.int64),), x64=True),
     Case("top_k_3d", lambda a: lax.top_k(a, 2), (rand((2, 3, 5)),)),
     Case("top_k_large", lambda a: lax.top_k(a, 5), (ties(F32, (2, 5000)),)),
+    # ApproxTopK custom call: exact (is_fallback) on CPU
+    Case("approx_max_k_f32", lambda a: lax.approx_max_k(a, 4), (rand((3, 40)),)),
+    Case("approx_min_k_f32_dim0", lambda a: lax.approx_min_k(a, 3, reduction_dimension=0), (rand((20, 5)),)),
+    Case("approx_max_k_f16", lambda a: lax.approx_max_k(a, 5), (rand((2, 64), F16),)),
+    Case("approx_max_k_bf16_distinct", lambda a: lax.approx_max_k(a, 4),
+         (np.random.default_rng(1).permutation(200).reshape(2, 100).astype(BF16),)),
+    Case("approx_min_k_f64", lambda a: lax.approx_min_k(a, 6), (rand((4, 50), F64),), x64=True),
+    Case("approx_max_k_f32_x64", lambda a: lax.approx_max_k(a, 2), (rand((3, 30)),), x64=True),
+    Case("approx_max_k_ties_f32", lambda a: lax.approx_max_k(a, 6), (ties(F32, (3, 12)),)),
     # a sort whose results are only sliced: prefixes are sorted alone, other slices see the whole sort
     Case("sort_prefix_slices", lambda a: (lambda s: (s[:3], s[:5]))(jnp.sort(a)), (special(F32),), tol=(0, 0)),
     Case("sort_mixed_slices", lambda a: (lambda s: (s[:3], s[2:]))(jnp.sort(a)), (special(F32),), tol=(0, 0)),

@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.registry import register
+from hlo2onnx.registry import register, register_complex
 from hlo2onnx.types import is_bool, is_float
 
 F64, I64, U64 = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64)
@@ -189,10 +189,13 @@ def _from_u64(b, u: ir.Value, dtype: np.dtype) -> ir.Value:
     return b.cast(u, dtype)  # wraps to the low bits
 
 
+@register_complex("stablehlo.bitcast_convert")  # complex -> the same complex type only (identity)
 @register("stablehlo.bitcast_convert")
 def bitcast_convert(ctx, x):
     b = ctx.b
     source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
+    if source == target and (is_bool(source) or source.kind == "c"):
+        return b.op("Identity", x)
     if is_bool(source) or is_bool(target) or source.kind == "c" or target.kind == "c":
         raise NotImplementedError(f"bitcast_convert {source} -> {target}")
     if source == target:

@@ -22,6 +22,7 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.ops import elementwise, shape as shape_ops
 from hlo2onnx.ops.reduce import single_reducer
 from hlo2onnx.ops.special import atan2_values, sign_bit
+from hlo2onnx.ops.window import Window
 from hlo2onnx.registry import RULES, register, register_complex
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_complex, real_dtype
@@ -121,15 +122,18 @@ def reduce(ctx, *operands, dimensions):
         return RULES["stablehlo.reduce"](as_pairs(ctx), *operands, dimensions=dimensions)
     if reducer == "stablehlo.multiply":
         return _reduce_product(ctx, *operands, dimensions=dimensions)
-    raise NotImplementedError(f"complex reduce with body {reducer}")
+    from hlo2onnx.ops.complex_window import complex_reduce_chooser  # builds on this module's rules
+    return complex_reduce_chooser(ctx, *operands, dimensions)
 
 
 @register_complex("stablehlo.reduce_window")
 def reduce_window(ctx, x, init, *, window_dimensions, window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None):
-    if single_reducer(ctx.hlo_op.regions[0].blocks[0]) != "stablehlo.add":
-        raise NotImplementedError("complex reduce_window other than a sum")
     rank = len(window_dimensions)
+    if single_reducer(ctx.hlo_op.regions[0].blocks[0]) != "stablehlo.add":
+        from hlo2onnx.ops.complex_window import complex_reduce_window  # builds on this module's rules
+        return complex_reduce_window(ctx, x, init, Window.read(window_dimensions, window_strides, padding,
+                                                               base_dilations, window_dilations))
     pads = np.zeros((rank, 2), np.int64) if padding is None else np.array(padding, np.int64).reshape(rank, 2)
     return RULES["stablehlo.reduce_window"](
         as_pairs(ctx), x, init, window_dimensions=(*window_dimensions, 1),
@@ -177,9 +181,8 @@ def _real_type(t: TensorType) -> TensorType:
 
 @register_complex("stablehlo.select")
 def select(ctx, pred, on_true, on_false):
-    if ctx.in_types[0].rank:
-        pred = ctx.b.op("Unsqueeze", pred, ctx.b.shape_const([-1]))
-    return ctx.b.op("Where", pred, on_true, on_false)
+    # Unsqueezed even when scalar-typed: reduction bodies run on whole tensors (complex_window.py).
+    return ctx.b.op("Where", ctx.b.op("Unsqueeze", pred, ctx.b.shape_const([-1])), on_true, on_false)
 
 
 @register_complex("stablehlo.compare")

@@ -10,7 +10,7 @@ import onnx_ir as ir
 
 from hlo2onnx.builder import Builder, graph_input
 from hlo2onnx.ops.shape import reshape_to
-from hlo2onnx.types import TensorType, set_type
+from hlo2onnx.types import TensorType, is_float, set_type
 
 _INT64_MIN = np.iinfo(np.int64).min
 _I64 = TensorType((), np.dtype(np.int64))
@@ -21,7 +21,7 @@ Body = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], S
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
-    if np.dtype(dtype).kind != "f":
+    if not is_float(dtype):  # bfloat16 is a float whose numpy kind is "V"
         raise NotImplementedError(f"{np.dtype(dtype)} matrices are not supported")
     # f16/bf16 (only stablehlo.triangular_solve sees them) are solved in f32 and rounded once.
     return np.dtype(dtype) if np.dtype(dtype).itemsize >= 4 else np.dtype(np.float32)

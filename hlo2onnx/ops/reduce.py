@@ -60,15 +60,48 @@ def reduce(ctx, *operands, dimensions):
         return [ctx.b.typed("Expand", init, out_shape, dtype=t.dtype, cast=(0,))
                 for init, t in zip(operands[count:], ctx.out_types)]
     body = ctx.hlo_op.regions[0].blocks[0]
-    if count == 2:
+    reducers = separable_reducers(body, count)
+    if reducers is None and count == 2:
         return _arg_reduce(ctx, *operands, dimensions=dimensions, body=body)
-    if count != 1:
-        raise NotImplementedError(f"variadic reduce over {count} operands")
-    x, init = operands
-    reducer = single_reducer(body)
-    dtype = ctx.out_type.dtype
-    if reducer not in _REDUCERS or (reducer in ("stablehlo.and", "stablehlo.or") and not is_bool(dtype)):
+    if reducers is None and count == 1:
         raise NotImplementedError(f"reduce with body {[op.operation.name for op in body.operations]}")
+    if reducers is None:
+        raise NotImplementedError(f"variadic reduce over {count} operands whose results depend on each other")
+    return [_reduce_one(ctx, x, init, reducer, list(ctx.in_types[i].shape), ctx.out_types[i].shape,
+                        ctx.out_types[i].dtype, dimensions)
+            for i, (x, init, reducer) in enumerate(zip(operands[:count], operands[count:], reducers))]
+
+
+def separable_reducers(body, count: int) -> list[str] | None:
+    """For a body that combines each (accumulator i, element i) pair on its own with one binary op (a tuple of
+    independent reductions, as `lax.reduce` over several operands writes it), those ops' names; else None."""
+    args = list(body.arguments)
+    ops = list(body.operations)
+    if len(ops) != count + 1 or len(args) != 2 * count:
+        return None
+    ret = ops[-1]
+    reducers = []
+    for i, value in enumerate(ret.operands):
+        op = value.owner
+        if isinstance(op, mlir.Block) or op.operation.name not in _REDUCERS or len(op.operands) != 2:
+            return None
+        operands = list(op.operands)
+        if operands != [args[i], args[count + i]] and (
+                operands != [args[count + i], args[i]] or op.operation.name not in _COMMUTATIVE):
+            return None
+        reducers.append(op.operation.name)
+    return reducers
+
+
+_COMMUTATIVE = set(_REDUCERS)  # add, multiply, maximum, minimum, and, or
+
+
+def _reduce_one(ctx, x, init, reducer, in_shape, out_shape, dtype, dimensions):
+    """One reduction of `x` over `dimensions` by `reducer` (a stablehlo op name), starting from `init`."""
+    if is_bool(dtype):  # on pred, max is or and min is and
+        reducer = {"stablehlo.maximum": "stablehlo.or", "stablehlo.minimum": "stablehlo.and"}.get(reducer, reducer)
+    if reducer not in _REDUCERS or (reducer in ("stablehlo.and", "stablehlo.or") and not is_bool(dtype)):
+        raise NotImplementedError(f"reduce with body {reducer}")
     reduce_op, combine_op = _REDUCERS[reducer]
     if is_bool(dtype) and reduce_op in ("ReduceSum", "ReduceProd"):  # XLA's add/mul on pred are or/and
         reduce_op, combine_op = ("ReduceMax", "Or") if reduce_op == "ReduceSum" else ("ReduceMin", "And")
@@ -78,11 +111,11 @@ def reduce(ctx, *operands, dimensions):
     if not dimensions:
         result = b.op("Identity", x)
     elif reduce_op in ("ReduceSum", "ReduceProd") and not is_float(dtype):
-        result = exact_reduce(b, x, combine_op, list(ctx.in_types[0].shape), dimensions, dtype)
+        result = exact_reduce(b, x, combine_op, in_shape, dimensions, dtype)
     elif pieces:
         # max/min over a few concatenated slices (jnp.min(jnp.array([a, b]))): ONNX's variadic Max/Min
         # propagate NaN as XLA does, so no NaN check is needed.
-        shape = b.shape_const(ctx.out_type.shape)
+        shape = b.shape_const(out_shape)
         result = b.typed(combine_op, *(b.op("Reshape", piece, shape) for piece in pieces), dtype=dtype)
     else:
         result = b.typed(reduce_op, x, b.shape_const(dimensions), dtype=dtype, cast=(0,), keepdims=0)

@@ -226,7 +226,7 @@ def _order_keys(b, x: ir.Value, dtype: np.dtype, kind: str) -> list[tuple[ir.Val
     return total_order_keys(b, x, dtype, kind == "canonical")
 
 
-def _keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int, first: int) -> ir.Value:
+def keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int, first: int) -> ir.Value:
     """Indices of the first `first` elements in `keys` order along `axis`: stable TopKs, least significant first."""
     passes = [(part, dtype, key.descending) for key in keys
               for part, dtype in _order_keys(b, operands[key.operand], dtypes[key.operand], key.kind)]
@@ -271,6 +271,11 @@ def _pairwise_permutation(ctx, operands, n: int, axis: int) -> ir.Value:
         for axes in ([rank], [rank - 1]):  # lhs[..., i, j] = x_i, rhs[..., i, j] = x_j
             args.append(b.op("Expand", b.op("Unsqueeze", moved_x, b.shape_const(axes)), b.shape_const(pair_shape)))
     less = _emit_pairwise(ctx, ctx.hlo_op.regions[0].blocks[0], args, pair_shape)
+    return permutation_from_less(b, less, n, rank, moved)
+
+
+def permutation_from_less(b, less: ir.Value, n: int, rank: int, moved: list[int]) -> ir.Value:
+    """The stable sort permutation from less[..., i, j] = comp(x_i, x_j) over the sorted axis moved last."""
     swap = list(range(rank - 1)) + [rank, rank - 1]
     greater = b.op("Transpose", less, perm=swap)  # greater[i, j] = comp(x_j, x_i): j goes before i
     line = b.op("Range", b.const(0, np.int64), b.const(n, np.int64), b.const(1, np.int64))
@@ -333,7 +338,7 @@ def sort(ctx, *operands, dimension: int, is_stable: bool = False):
     # top_k arrives as a sort whose results are only sliced to the first k: sort only those. The
     # results are then shorter than the sort's type says, which the slices (all their users) accept.
     first = _prefix_used(ctx.hlo_op, axis, n)
-    perm = _keys_permutation(b, operands, dtypes, keys, n, axis, first)
+    perm = keys_permutation(b, operands, dtypes, keys, n, axis, first)
     results = [_gather(ctx, i, x, perm, axis) for i, x in enumerate(operands)]
     for value, ttype in zip(results, ctx.out_types):
         set_type(value, ttype._replace(shape=ttype.shape[:axis] + (first,) + ttype.shape[axis + 1:]))

@@ -109,7 +109,9 @@ class Window:
 def reduce_window(ctx, *operands, window_dimensions, window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None):
     if len(operands) != 2:
-        raise NotImplementedError(f"variadic reduce_window over {len(operands) // 2} operands")
+        from hlo2onnx.ops.window_variadic import variadic_reduce_window  # it builds on this module
+        win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
+        return variadic_reduce_window(ctx, operands, win)
     x, init = operands
     body = ctx.hlo_op.regions[0].blocks[0]
     reducer = single_reducer(body)
@@ -192,7 +194,7 @@ def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
 
 def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
     fill = b.const(identity(reducer, dtype))
-    x, shape = _pad_and_dilate(b, x, shape, win, fill, dtype)
+    x, shape = pad_and_dilate(b, x, shape, win, fill, dtype)
     merge = lambda u, v, *_: combine(b, reducer, dtype, u, v)  # noqa: E731 - identity fill: nothing to mask
     for axis in range(len(shape)):
         if win.size[axis] > 1 or win.stride[axis] > 1:
@@ -202,7 +204,7 @@ def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
 
 
 # Ops a reduction body may use to be emitted on whole tensors instead of scalars.
-_ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
+ELEMENTWISE_BODY_OPS = frozenset(f"stablehlo.{name}" for name in (
     "add subtract multiply divide maximum minimum compare select abs negate exponential exponential_minus_one "
     "log log_plus_one and or xor not constant convert clamp sqrt rsqrt power remainder tanh logistic sign "
     "floor ceil is_finite").split())
@@ -212,7 +214,7 @@ def _general_body(ctx, x, init, body, dtype, shape, win: Window) -> ir.Value:
     """Any elementwise body (cumlogsumexp's logaddexp, ...): its identity is unknown, so holes are
     tracked as static per-axis masks and skipped when combining."""
     names = [op.operation.name for op in body.operations][:-1]
-    if any(name not in _ELEMENTWISE for name in names):
+    if any(name not in ELEMENTWISE_BODY_OPS for name in names):
         raise NotImplementedError(f"reduce_window with body {names}")
     b = ctx.b
     rank = len(shape)
@@ -241,7 +243,7 @@ def _general_body(ctx, x, init, body, dtype, shape, win: Window) -> ir.Value:
             valid[axis][::factor] = True
     for axis, (lo, hi) in enumerate(zip(win.lo, win.hi)):
         valid[axis] = np.pad(valid[axis][max(-lo, 0):len(valid[axis]) - max(-hi, 0)], (max(lo, 0), max(hi, 0)))
-    x, shape = _pad_and_dilate(b, x, shape, win, init, dtype)
+    x, shape = pad_and_dilate(b, x, shape, win, init, dtype)
     for axis in range(rank):
         if win.size[axis] > 1 or win.stride[axis] > 1:
             x, valid[axis] = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
@@ -257,7 +259,7 @@ def _general_body(ctx, x, init, body, dtype, shape, win: Window) -> ir.Value:
     return b.typed("Where", ok, result, init, dtype=dtype, cast=(1, 2))
 
 
-def _pad_and_dilate(b, x, shape, win: Window, fill, dtype) -> tuple[ir.Value, list[int]]:
+def pad_and_dilate(b, x, shape, win: Window, fill, dtype) -> tuple[ir.Value, list[int]]:
     shape = list(shape)
     for axis, factor in enumerate(win.base_dilation):
         if factor > 1 and shape[axis] > 0:

@@ -1,0 +1,81 @@
+"""Complex reduce and reduce_window with a body other than a sum (or, for reduce, a product).
+
+JAX writes complex max/min as a body that compares (real, imag) lexicographically
+and selects one argument; mul is a complex multiply. Such bodies run here on
+whole pair tensors (real, imag on a trailing axis) through their ordinary complex
+rules:
+- reduce_window folds each window's elements in row-major order from init, as
+  XLA on CPU does (window_variadic.fold_windows);
+- reduce of a chooser body (one that returns one of its arguments: max, min)
+  halves the reduced axis log2(n) times; a choice between equal values is the
+  same whichever way round, so the order does not matter.
+"""
+from __future__ import annotations
+
+import math
+
+from hlo2onnx.ops import shape as shape_ops
+from hlo2onnx.ops.window import ELEMENTWISE_BODY_OPS, Window
+from hlo2onnx.ops.window_variadic import fold_windows
+
+_COMPLEX_PARTS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex"}
+
+
+def _body_apply(ctx, body):
+    b = ctx.b
+    names = [op.operation.name for op in body.operations][:-1]
+    if any(name not in ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS for name in names):
+        raise NotImplementedError(f"complex reduction with body {names}")
+
+    def apply(accs, elements):
+        first = b.graph.num_nodes()
+        results = ctx.translator.emit_block(body, [*accs, *elements], b)
+        for node in list(b.graph)[first:]:
+            for value in node.outputs:  # typed on scalars; here it runs on whole tensors
+                value.type, value.shape = None, None
+        return results
+    return apply
+
+
+def complex_reduce_window(ctx, x, init, win: Window):
+    body = ctx.hlo_op.regions[0].blocks[0]
+    pair = Window(win.size + (1,), win.stride + (1,), win.lo + (0,), win.hi + (0,), win.base_dilation + (1,),
+                  win.dilation + (1,))
+    storage = ctx.out_type.storage
+    init = ctx.b.op("Reshape", init, ctx.b.shape_const([1] * len(win.size) + [2]))
+    return fold_windows(ctx.b, [x], [init], _body_apply(ctx, body), pair, list(ctx.in_types[0].storage.shape),
+                        list(storage.shape), [storage.dtype])[0]
+
+
+def is_chooser(body) -> bool:
+    """The body returns a select whose branches are its two arguments (either way round)."""
+    ret = list(body.operations)[-1]
+    value = ret.operands[0]
+    op = value.owner
+    if op is None or not hasattr(op, "operation") or op.operation.name != "stablehlo.select":
+        return False
+    return set(op.operands[1:]) == set(body.arguments)
+
+
+def complex_reduce_chooser(ctx, x, init, dimensions):
+    """Reduce by a chooser body: halve the reduced (flattened, leading) axis, then choose against init."""
+    b = ctx.b
+    body = ctx.hlo_op.regions[0].blocks[0]
+    if not is_chooser(body):
+        raise NotImplementedError("complex reduce with a body other than add, multiply, or a choice (max, min)")
+    apply = _body_apply(ctx, body)
+    shape = ctx.in_types[0].shape
+    rest = [d for d in range(len(shape)) if d not in dimensions]
+    n = math.prod(shape[d] for d in dimensions)
+    out = [shape[d] for d in rest] + [2]
+    x = shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, len(shape)]), [n, *out])
+
+    def rows(v, lo, hi):
+        return b.op("Slice", v, b.shape_const([lo]), b.shape_const([hi]), b.shape_const([0]))
+    while n > 1:
+        half, odd = n // 2, n % 2
+        chosen = apply([rows(x, 0, half)], [rows(x, half, 2 * half)])[0]
+        x = b.op("Concat", chosen, rows(x, 2 * half, n), axis=0) if odd else chosen
+        n = half + odd
+    result = apply([init], [shape_ops.reshape_to(b, x, out)])[0]
+    return b.op("Expand", result, b.shape_const(out))
