@@ -14,10 +14,11 @@ from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.ops.sort import comparator_keys, keys_permutation
 from hlo2onnx.registry import register_custom_call
+from hlo2onnx.translator import RuleContext
 
 
 @register_custom_call("ApproxTopK")
-def approx_top_k(ctx, *inputs, top_k: int, reduction_dim: int, is_fallback: bool = False,
+def approx_top_k(ctx: RuleContext, *inputs, top_k: int, reduction_dim: int, is_fallback: bool = False,
                  aggregate_to_topk: bool = True, **_config):
     if not is_fallback or not aggregate_to_topk:
         raise NotImplementedError("custom call @ApproxTopK without is_fallback (a TPU's approximate top-k, "

@@ -21,6 +21,7 @@ from hlo2onnx.registry import register, register_complex
 from hlo2onnx.types import is_bool, is_float
 
 F64, I64, U64 = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64)
+from hlo2onnx.translator import RuleContext
 _UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: U64}
 # BitShift has kernels for these (ORT 1.31, measured: none for uint16).
 _SHIFTABLE = {1: np.dtype(np.uint8), 2: np.dtype(np.uint32), 4: np.dtype(np.uint32), 8: U64}
@@ -49,7 +50,7 @@ def _shr(b, x: ir.Value, amount: int, dtype=U64) -> ir.Value:
 
 
 # -- shifts -----------------------------------------------------------------------
-def _shift(kind: str, ctx, x: ir.Value, amount: ir.Value) -> ir.Value:
+def _shift(kind: str, ctx: RuleContext, x: ir.Value, amount: ir.Value) -> ir.Value:
     """XLA's shifts: the amount is read as unsigned; amounts >= the width give 0 (or the sign, arithmetic)."""
     b, dtype = ctx.b, ctx.out_type.dtype
     width, wide = _bits(dtype), _SHIFTABLE[dtype.itemsize]
@@ -85,13 +86,13 @@ def _popcount64(b, v: ir.Value) -> ir.Value:
 
 
 @register("stablehlo.popcnt")
-def popcnt(ctx, x):
+def popcnt(ctx: RuleContext, x):
     dtype = ctx.out_type.dtype
     return ctx.b.cast(_popcount64(ctx.b, unsigned_view(ctx.b, x, dtype, U64)), dtype)
 
 
 @register("stablehlo.count_leading_zeros")
-def count_leading_zeros(ctx, x):
+def count_leading_zeros(ctx: RuleContext, x):
     """width - (bits set after smearing the highest set bit into every lower one)."""
     b, dtype = ctx.b, ctx.out_type.dtype
     width = _bits(dtype)
@@ -191,7 +192,7 @@ def _from_u64(b, u: ir.Value, dtype: np.dtype) -> ir.Value:
 
 @register_complex("stablehlo.bitcast_convert")  # complex -> the same complex type only (identity)
 @register("stablehlo.bitcast_convert")
-def bitcast_convert(ctx, x):
+def bitcast_convert(ctx: RuleContext, x):
     b = ctx.b
     source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
     if source == target and (is_bool(source) or source.kind == "c"):
@@ -222,7 +223,7 @@ def bitcast_convert(ctx, x):
 
 
 @register("stablehlo.reduce_precision")
-def reduce_precision(ctx, x, *, exponent_bits: int, mantissa_bits: int):
+def reduce_precision(ctx: RuleContext, x, *, exponent_bits: int, mantissa_bits: int):
     """XLA's bit-level rounding (to nearest even), then overflow to inf and underflow to zero."""
     b, dtype = ctx.b, ctx.out_type.dtype
     if dtype not in _FORMATS:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from hlo2onnx.registry import register
+from hlo2onnx.translator import RuleContext
 
 
 @register("func.call")
-def call(ctx, *args, callee: str, **_ignored):
+def call(ctx: RuleContext, *args, callee: str, **_ignored):
     return ctx.translator.call(callee, args, ctx.b, ctx.where)
 
 
 @register("stablehlo.optimization_barrier")
-def optimization_barrier(ctx, *args):
+def optimization_barrier(ctx: RuleContext, *args):
     return [ctx.b.op("Identity", x) for x in args]

@@ -36,7 +36,7 @@ class Z(NamedTuple):
 
 
 # -- the pair representation ------------------------------------------------------------
-def as_pairs(ctx):
+def as_pairs(ctx: RuleContext):
     """`ctx` as a rule sees it when it runs on the pair tensors: the storage types."""
     return dataclasses.replace(ctx, in_types=[t.storage for t in ctx.in_types],
                                out_types=[t.storage for t in ctx.out_types])
@@ -63,7 +63,7 @@ def from_real(b, x: ir.Value, ttype: TensorType, dtype: np.dtype) -> ir.Value:
 
 
 # -- rules that run the ordinary rule on the pair tensors -----------------------------------
-def _lift(extend: Callable[..., dict] | None, ctx, *inputs, **attrs):
+def _lift(extend: Callable[..., dict] | None, ctx: RuleContext, *inputs, **attrs):
     rule = RULES[ctx.hlo_op.name]
     return rule(as_pairs(ctx), *inputs, **(extend(ctx, **attrs) if extend else attrs))
 
@@ -74,7 +74,7 @@ for _name in ("add", "subtract", "negate", "reshape", "concatenate", "reverse", 
 register_complex("func.call", "sdy.sharding_constraint")(partial(_lift, None))
 
 
-def _with_pair_axis(ctx, **attrs) -> dict:
+def _with_pair_axis(ctx: RuleContext, **attrs) -> dict:
     """Axis attributes extended by the trailing pair axis, which every op keeps whole."""
     extra = {"permutation": ctx.in_types[0].rank, "broadcast_dimensions": ctx.out_type.rank,
              "start_indices": 0, "limit_indices": 2, "strides": 1, "slice_sizes": 2}
@@ -86,7 +86,7 @@ for _name in ("transpose", "broadcast_in_dim", "slice", "dynamic_slice"):
 
 
 @register_complex("stablehlo.gather")
-def gather(ctx, operand, indices, *, dimension_numbers, **attrs):
+def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, **attrs):
     dn = stablehlo.GatherDimensionNumbers(dimension_numbers)
     pair_dn = stablehlo.GatherDimensionNumbers.get(
         offset_dims=[*dn.offset_dims, ctx.out_type.rank], collapsed_slice_dims=dn.collapsed_slice_dims,
@@ -97,7 +97,7 @@ def gather(ctx, operand, indices, *, dimension_numbers, **attrs):
 
 
 @register_complex("stablehlo.scatter")
-def scatter(ctx, *args, scatter_dimension_numbers, **hints):
+def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, **hints):
     body = ctx.hlo_op.regions[0].blocks[0]
     ops = list(body.operations)
     replaces = len(ops) == 1 and list(ops[0].operands) == [body.arguments[1]]
@@ -114,7 +114,7 @@ def scatter(ctx, *args, scatter_dimension_numbers, **hints):
 
 
 @register_complex("stablehlo.reduce")
-def reduce(ctx, *operands, dimensions):
+def reduce(ctx: RuleContext, *operands, dimensions):
     if len(operands) != 2:
         raise NotImplementedError("variadic reduce of complex operands")
     reducer = single_reducer(ctx.hlo_op.regions[0].blocks[0])
@@ -127,7 +127,7 @@ def reduce(ctx, *operands, dimensions):
 
 
 @register_complex("stablehlo.reduce_window")
-def reduce_window(ctx, x, init, *, window_dimensions, window_strides=None, base_dilations=None,
+def reduce_window(ctx: RuleContext, x, init, *, window_dimensions, window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None):
     rank = len(window_dimensions)
     if single_reducer(ctx.hlo_op.regions[0].blocks[0]) != "stablehlo.add":
@@ -141,7 +141,7 @@ def reduce_window(ctx, x, init, *, window_dimensions, window_strides=None, base_
         window_dilations=(*(window_dilations or (1,) * rank), 1), padding=np.concatenate([pads, [[0, 0]]]))
 
 
-def _reduce_product(ctx, x, init, *, dimensions):
+def _reduce_product(ctx: RuleContext, x, init, *, dimensions):
     """No ONNX op multiplies complex numbers: halve the reduced axis with pairwise products (log2 n steps)."""
     b, dtype = ctx.b, ctx.out_type.dtype
     shape = ctx.in_types[0].shape
@@ -166,7 +166,7 @@ def _rows(b, x: ir.Value, lo: int, hi: int) -> ir.Value:
 
 
 @register_complex("stablehlo.pad")
-def pad(ctx, x, padding_value, **attrs):
+def pad(ctx: RuleContext, x, padding_value, **attrs):
     """ONNX Pad fills with one scalar: pad each part with its own."""
     b = ctx.b
     plane_ctx = dataclasses.replace(ctx, in_types=[_real_type(t) for t in ctx.in_types],
@@ -180,13 +180,13 @@ def _real_type(t: TensorType) -> TensorType:
 
 
 @register_complex("stablehlo.select")
-def select(ctx, pred, on_true, on_false):
+def select(ctx: RuleContext, pred, on_true, on_false):
     # Unsqueezed even when scalar-typed: reduction bodies run on whole tensors (complex_window.py).
     return ctx.b.op("Where", ctx.b.op("Unsqueeze", pred, ctx.b.shape_const([-1])), on_true, on_false)
 
 
 @register_complex("stablehlo.compare")
-def compare(ctx, x, y, *, comparison_direction: str, compare_type: str | None = None):
+def compare(ctx: RuleContext, x, y, *, comparison_direction: str, compare_type: str | None = None):
     if comparison_direction not in ("EQ", "NE"):
         raise NotImplementedError(f"complex compare {comparison_direction}")
     b = ctx.b
@@ -196,7 +196,7 @@ def compare(ctx, x, y, *, comparison_direction: str, compare_type: str | None = 
 
 
 @register_complex("stablehlo.convert")
-def convert(ctx, x):
+def convert(ctx: RuleContext, x):
     """real -> complex takes a zero imaginary part; complex -> real keeps the real part (StableHLO convert)."""
     b = ctx.b
     source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
@@ -209,7 +209,7 @@ def convert(ctx, x):
 
 
 @register_complex("stablehlo.iota")
-def iota(ctx, *, iota_dimension):
+def iota(ctx: RuleContext, *, iota_dimension):
     real_ctx = dataclasses.replace(ctx, out_types=[_real_type(ctx.out_type)])
     line = RULES["stablehlo.iota"](real_ctx, iota_dimension=iota_dimension)
     return from_real(ctx.b, line, real_ctx.out_type, ctx.out_type.dtype)
@@ -217,39 +217,39 @@ def iota(ctx, *, iota_dimension):
 
 # -- real, imag, complex ----------------------------------------------------------------
 @register_complex("stablehlo.real")
-def real(ctx, x):
+def real(ctx: RuleContext, x):
     return part(ctx.b, x, 0)
 
 
 @register_complex("stablehlo.imag")
-def imag(ctx, x):
+def imag(ctx: RuleContext, x):
     return part(ctx.b, x, 1)
 
 
 @register("stablehlo.real")
-def real_of_real(ctx, x):
+def real_of_real(ctx: RuleContext, x):
     return ctx.b.op("Identity", x)
 
 
 @register("stablehlo.imag")
-def imag_of_real(ctx, x):
+def imag_of_real(ctx: RuleContext, x):
     return ctx.b.splat(0, ctx.out_type.dtype, ctx.out_type.shape)
 
 
 @register_complex("stablehlo.complex")
-def complex_(ctx, re, im):
+def complex_(ctx: RuleContext, re, im):
     b = ctx.b
     return b.op("Concat", b.op("Unsqueeze", re, b.shape_const([-1])), b.op("Unsqueeze", im, b.shape_const([-1])),
                 axis=-1)
 
 
 # -- arithmetic -------------------------------------------------------------------------------
-def _binary(fn: Callable, ctx, x, y):
+def _binary(fn: Callable, ctx: RuleContext, x, y):
     b, dtype = ctx.b, real_dtype(ctx.out_type.dtype)
     return join(b, fn(b, dtype, split(b, x), split(b, y)))
 
 
-def _unary(fn: Callable, ctx, x):
+def _unary(fn: Callable, ctx: RuleContext, x):
     b, dtype = ctx.b, real_dtype(ctx.in_types[0].dtype)
     result = fn(b, dtype, split(b, x))
     if isinstance(result, Z):
@@ -438,7 +438,7 @@ for _hlo, _fn in {"abs": _abs, "exponential": _exp, "log": _log, "sqrt": _sqrt, 
 
 
 @register_complex("stablehlo.dot_general")
-def dot_general(ctx, lhs, rhs, *, dot_dimension_numbers):
+def dot_general(ctx: RuleContext, lhs, rhs, *, dot_dimension_numbers):
     """One real dot_general with each pair axis as one more free dim, then (rr - ii, ri + ir)."""
     b, dtype = ctx.b, ctx.out_type.dtype
     real = real_dtype(dtype)

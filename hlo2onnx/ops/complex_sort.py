@@ -17,11 +17,12 @@ from hlo2onnx.registry import register_complex
 from hlo2onnx.types import is_complex
 
 # Largest pair matrix (elements) built.
+from hlo2onnx.translator import RuleContext
 _PAIRWISE_LIMIT = 1 << 22
 
 
 @register_complex("stablehlo.sort")
-def complex_sort(ctx, *operands, dimension: int, is_stable: bool = False):
+def complex_sort(ctx: RuleContext, *operands, dimension: int, is_stable: bool = False):
     b = ctx.b
     shape = list(ctx.in_types[0].shape)
     rank = len(shape)

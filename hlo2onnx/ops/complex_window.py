@@ -21,7 +21,7 @@ from hlo2onnx.ops.window_variadic import fold_windows
 _COMPLEX_PARTS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex"}
 
 
-def _body_apply(ctx, body):
+def _body_apply(ctx: RuleContext, body):
     b = ctx.b
     names = [op.operation.name for op in body.operations][:-1]
     if any(name not in ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS for name in names):
@@ -37,7 +37,7 @@ def _body_apply(ctx, body):
     return apply
 
 
-def complex_reduce_window(ctx, x, init, win: Window):
+def complex_reduce_window(ctx: RuleContext, x, init, win: Window):
     body = ctx.hlo_op.regions[0].blocks[0]
     pair = Window(win.size + (1,), win.stride + (1,), win.lo + (0,), win.hi + (0,), win.base_dilation + (1,),
                   win.dilation + (1,))
@@ -57,7 +57,7 @@ def is_chooser(body) -> bool:
     return set(op.operands[1:]) == set(body.arguments)
 
 
-def complex_reduce_chooser(ctx, x, init, dimensions):
+def complex_reduce_chooser(ctx: RuleContext, x, init, dimensions):
     """Reduce by a chooser body: halve the reduced (flattened, leading) axis, then choose against init."""
     b = ctx.b
     body = ctx.hlo_op.regions[0].blocks[0]
@@ -79,3 +79,4 @@ def complex_reduce_chooser(ctx, x, init, dimensions):
         n = half + odd
     result = apply([init], [shape_ops.reshape_to(b, x, out)])[0]
     return b.op("Expand", result, b.shape_const(out))
+from hlo2onnx.translator import RuleContext

@@ -8,6 +8,7 @@ from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.registry import register, register_complex
 from hlo2onnx.types import real_dtype
+from hlo2onnx.translator import RuleContext
 
 
 def dense_to_numpy(attr: mlir.DenseElementsAttr, dtype: np.dtype, shape) -> np.ndarray:
@@ -23,7 +24,7 @@ def splat_scalar(attr: mlir.DenseElementsAttr, dtype: np.dtype) -> np.ndarray:
 
 
 @register("stablehlo.constant")
-def constant(ctx):
+def constant(ctx: RuleContext):
     shape, dtype = ctx.out_type.shape, ctx.out_type.dtype
     attr = ctx.hlo_op.attributes["value"]
     if attr.is_splat:
@@ -36,7 +37,7 @@ _PAIR = re.compile(r"\(\s*([^,()\s]+)\s*,\s*([^,()\s]+)\s*\)")
 
 
 @register_complex("stablehlo.constant")
-def complex_constant(ctx):
+def complex_constant(ctx: RuleContext):
     """A complex constant as its (real, imag) float pairs.
 
     Its attribute cannot be read through the bindings (reading raises, and

@@ -28,11 +28,12 @@ from hlo2onnx.registry import register
 from hlo2onnx.types import TensorType, set_type
 
 _INT64_MIN = np.iinfo(np.int64).min
+from hlo2onnx.translator import RuleContext
 _SCALAR_I64 = TensorType((), np.dtype(np.int64))
 _SCALAR_BOOL = TensorType((), np.dtype(np.bool_))
 # -- rules -------------------------------------------------------------------------------------------------
 @register("stablehlo.while")
-def while_(ctx, *inits):
+def while_(ctx: RuleContext, *inits):
     tr, b = ctx.translator, ctx.b
     cond, body = (r.blocks[0] for r in ctx.hlo_op.regions)
     plan = plan_loop(ctx.hlo_op, tr)
@@ -78,21 +79,21 @@ def _scaled(b: Builder, x: ir.Value, factor: int) -> ir.Value:
     return x if factor == 1 else b.op("Mul", x, b.const(np.int64(factor)))
 
 
-def _branch(ctx, block: mlir.Block, name: str) -> ir.Graph:
+def _branch(ctx: RuleContext, block: mlir.Block, name: str) -> ir.Graph:
     sb = ctx.b.subgraph(name)
     outs = ctx.translator.emit_block(block, [], sb)
     return sb.finish_subgraph([], outs, ctx.out_types)
 
 
 @register("stablehlo.if")
-def if_(ctx, pred):
+def if_(ctx: RuleContext, pred):
     then_block, else_block = (r.blocks[0] for r in ctx.hlo_op.regions)
     return ctx.b.ops("If", pred, then_branch=_branch(ctx, then_block, "if_true"),
                      else_branch=_branch(ctx, else_block, "if_false"), num_outputs=len(ctx.out_types))
 
 
 @register("stablehlo.case")
-def case(ctx, index):
+def case(ctx: RuleContext, index):
     """Branch `index`, or the last branch when `index` is out of range: a balanced tree of Ifs."""
     b = ctx.b
     blocks = [r.blocks[0] for r in ctx.hlo_op.regions]
@@ -110,7 +111,7 @@ def case(ctx, index):
     return _case_tree(ctx, b, index, blocks, 0, count)
 
 
-def _case_tree(ctx, b: Builder, index: ir.Value, blocks, lo: int, hi: int):
+def _case_tree(ctx: RuleContext, b: Builder, index: ir.Value, blocks, lo: int, hi: int):
     if hi - lo == 1:
         return ctx.translator.emit_block(blocks[lo], [], b)
     mid = (lo + hi) // 2

@@ -18,6 +18,7 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.ops.window import axis_slice, dilate
 from hlo2onnx.registry import register
+from hlo2onnx.translator import RuleContext
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class ConvWindow:
 
 
 @register("stablehlo.convolution")
-def convolution(ctx, lhs, rhs, *, dimension_numbers, feature_group_count=1, batch_group_count=1,
+def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_count=1, batch_group_count=1,
                 window_strides=None, padding=None, lhs_dilation=None, rhs_dilation=None, window_reversal=None):
     b = ctx.b
     dims = stablehlo.ConvDimensionNumbers(dimension_numbers)

@@ -15,6 +15,7 @@ from hlo2onnx import attrs as attr_codec
 from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
 
 _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
+from hlo2onnx.translator import RuleContext
 # LAPACK routines without a translation -> the JAX functions that emit them on CPU.
 # syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py.
 _LAPACK_USERS = {
@@ -50,7 +51,7 @@ def backend_config(op: mlir.Operation) -> dict:
 
 
 @register("stablehlo.custom_call")
-def custom_call(ctx, *inputs, call_target_name: str, **_attrs):
+def custom_call(ctx: RuleContext, *inputs, call_target_name: str, **_attrs):
     rule = CUSTOM_CALLS.get(call_target_name)
     if rule is None:
         raise NotImplementedError(f"custom call @{call_target_name} has no ONNX translation; "

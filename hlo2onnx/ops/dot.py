@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from hlo2onnx.ops.shape import merged, reshape_to, transpose_to
 from hlo2onnx.registry import register
+from hlo2onnx.translator import RuleContext
 
 
 @register("stablehlo.dot_general")
-def dot_general(ctx, lhs, rhs, *, dot_dimension_numbers):
+def dot_general(ctx: RuleContext, lhs, rhs, *, dot_dimension_numbers):
     b = ctx.b
     dims = dot_dimension_numbers
     lhs_batch, rhs_batch = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)

@@ -10,6 +10,7 @@ import numpy as np
 
 from hlo2onnx.ops.shape import transpose_to, unsqueeze_missing
 from hlo2onnx.registry import allow_dynamic, register, register_custom_call
+from hlo2onnx.translator import RuleContext
 
 _ELEMENTWISE = (
     "add subtract multiply divide remainder power maximum minimum negate abs sign exponential log sqrt rsqrt "
@@ -25,7 +26,7 @@ allow_dynamic("func.call", "stablehlo.custom_call", "stablehlo.optimization_barr
 
 
 @register("stablehlo.dynamic_broadcast_in_dim")
-def dynamic_broadcast_in_dim(ctx, x, output_dimensions, *, broadcast_dimensions, **_hints):
+def dynamic_broadcast_in_dim(ctx: RuleContext, x, output_dimensions, *, broadcast_dimensions, **_hints):
     b = ctx.b
     dims = list(broadcast_dimensions)
     x = transpose_to(b, x, sorted(range(len(dims)), key=dims.__getitem__))
@@ -35,13 +36,13 @@ def dynamic_broadcast_in_dim(ctx, x, output_dimensions, *, broadcast_dimensions,
 
 
 @register("stablehlo.dynamic_reshape")
-def dynamic_reshape(ctx, x, output_shape):
+def dynamic_reshape(ctx: RuleContext, x, output_shape):
     # allowzero: a run-time 0 is a size, never "copy the input dim".
     return ctx.b.op("Reshape", x, ctx.b.cast(output_shape, np.int64), allowzero=1)
 
 
 @register_custom_call("shape_assertion", dynamic=True)
-def shape_assertion(ctx, *_inputs):
+def shape_assertion(ctx: RuleContext, *_inputs):
     # jax.export's shape assertions guard the symbolic dims when XLA runs the
     # module; ONNX Runtime checks input ranks and static dims itself.
     if ctx.out_types:

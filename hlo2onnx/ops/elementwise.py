@@ -10,9 +10,10 @@ from hlo2onnx.ops.sort import total_order_compare
 from hlo2onnx.ops.special import in_compute_dtype
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, is_unsigned
+from hlo2onnx.translator import RuleContext
 
 
-def _same(onnx_op: str, ctx, *xs: ir.Value) -> ir.Value:
+def _same(onnx_op: str, ctx: RuleContext, *xs: ir.Value) -> ir.Value:
     """Ops whose ONNX form has the same meaning and broadcasting as StableHLO's."""
     return ctx.b.typed(onnx_op, *xs, dtype=ctx.out_type.dtype)
 
@@ -26,7 +27,7 @@ for _hlo, _onnx in {
     register(f"stablehlo.{_hlo}")(partial(_same, _onnx))
 
 
-def _bitwise(bool_op: str, int_op: str, ctx, *xs: ir.Value) -> ir.Value:
+def _bitwise(bool_op: str, int_op: str, ctx: RuleContext, *xs: ir.Value) -> ir.Value:
     dtype = ctx.out_type.dtype
     return ctx.b.op(bool_op, *xs) if is_bool(dtype) else ctx.b.typed(int_op, *xs, dtype=dtype)
 
@@ -37,7 +38,7 @@ register("stablehlo.xor")(partial(_bitwise, "Xor", "BitwiseXor"))
 register("stablehlo.not")(partial(_bitwise, "Not", "BitwiseNot"))
 
 
-def _int_division(ctx, x: ir.Value, y: ir.Value, *, remainder: bool) -> ir.Value:
+def _int_division(ctx: RuleContext, x: ir.Value, y: ir.Value, *, remainder: bool) -> ir.Value:
     """XLA's integer division: x/0 is -1 (all ones), x%0 is x, and MIN/-1 is MIN (remainder 0).
 
     ORT's kernels trap on a zero divisor, so the divisor is made safe first.
@@ -64,21 +65,21 @@ def _int_division(ctx, x: ir.Value, y: ir.Value, *, remainder: bool) -> ir.Value
 
 
 @register("stablehlo.divide")
-def divide(ctx, x, y):
+def divide(ctx: RuleContext, x, y):
     if is_float(ctx.out_type.dtype):
         return ctx.b.typed("Div", x, y, dtype=ctx.out_type.dtype)
     return _int_division(ctx, x, y, remainder=False)
 
 
 @register("stablehlo.remainder")
-def remainder(ctx, x, y):
+def remainder(ctx: RuleContext, x, y):
     if is_float(ctx.out_type.dtype):  # C fmod: the sign follows the dividend
         return ctx.b.typed("Mod", x, y, dtype=ctx.out_type.dtype, fmod=1)
     return _int_division(ctx, x, y, remainder=True)
 
 
 @register("stablehlo.rsqrt")
-def rsqrt(ctx, x):
+def rsqrt(ctx: RuleContext, x):
     dtype = ctx.out_type.dtype
     return ctx.b.typed("Reciprocal", ctx.b.typed("Sqrt", x, dtype=dtype), dtype=dtype)
 
@@ -89,7 +90,7 @@ def rsqrt(ctx, x):
 
 
 @register("stablehlo.sign")
-def sign(ctx, x):
+def sign(ctx: RuleContext, x):
     dtype = ctx.out_type.dtype
     if not is_float(dtype):
         return ctx.b.typed("Sign", x, dtype=dtype)
@@ -119,12 +120,12 @@ def _cbrt(b, dtype, x):
 
 
 @register("stablehlo.cbrt")
-def cbrt(ctx, x):
+def cbrt(ctx: RuleContext, x):
     return in_compute_dtype(ctx.b, ctx.out_type.dtype, _cbrt, x)
 
 
 @register("stablehlo.exponential_minus_one")
-def expm1(ctx, x):
+def expm1(ctx: RuleContext, x):
     return in_compute_dtype(ctx.b, ctx.out_type.dtype, _expm1, x)
 
 
@@ -142,7 +143,7 @@ def _expm1(b, dtype, x):
 
 
 @register("stablehlo.log_plus_one")
-def log1p(ctx, x):
+def log1p(ctx: RuleContext, x):
     """Goldberg's accurate log1p: log(u) * (x / (u - 1)) with u = 1 + x.
 
     x / (u - 1) first: log(u) * x overflows for x near the dtype's max.
@@ -160,7 +161,7 @@ def log1p(ctx, x):
 
 
 @register("stablehlo.round_nearest_afz")
-def round_half_away(ctx, x):
+def round_half_away(ctx: RuleContext, x):
     b, dtype = ctx.b, ctx.out_type.dtype
     t = partial(b.typed, dtype=dtype)
     magnitude = t("Abs", x)
@@ -176,7 +177,7 @@ def round_half_away(ctx, x):
 
 
 @register("stablehlo.is_finite")
-def is_finite(ctx, x):
+def is_finite(ctx: RuleContext, x):
     b, dtype = ctx.b, ctx.in_types[0].dtype
     inf = b.typed("IsInf", x, dtype=dtype, result_dtype=bool)
     nan = b.typed("IsNaN", x, dtype=dtype, result_dtype=bool)
@@ -187,7 +188,7 @@ _COMPARE = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "
 
 
 @register("stablehlo.compare")
-def compare(ctx, x, y, *, comparison_direction: str, compare_type: str | None = None):
+def compare(ctx: RuleContext, x, y, *, comparison_direction: str, compare_type: str | None = None):
     dtype = ctx.in_types[0].dtype
     if compare_type == "TOTALORDER":
         return total_order_compare(ctx.b, x, y, comparison_direction, dtype)
@@ -197,18 +198,18 @@ def compare(ctx, x, y, *, comparison_direction: str, compare_type: str | None = 
 
 
 @register("stablehlo.select")
-def select(ctx, pred, on_true, on_false):
+def select(ctx: RuleContext, pred, on_true, on_false):
     return ctx.b.typed("Where", pred, on_true, on_false, dtype=ctx.out_type.dtype, cast=(1, 2))
 
 
 @register("stablehlo.clamp")
-def clamp(ctx, low, x, high):
+def clamp(ctx: RuleContext, low, x, high):
     dtype = ctx.out_type.dtype
     return ctx.b.typed("Min", ctx.b.typed("Max", x, low, dtype=dtype), high, dtype=dtype)
 
 
 @register("stablehlo.convert")
-def convert(ctx, x):
+def convert(ctx: RuleContext, x):
     source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
     if source == target:
         return ctx.b.op("Identity", x)
@@ -217,7 +218,7 @@ def convert(ctx, x):
     return ctx.b.op("Cast", x, to=ir.DataType.from_numpy(np.dtype(target)))
 
 
-def _saturate_for_int(ctx, x, source, target):
+def _saturate_for_int(ctx: RuleContext, x, source, target):
     """XLA converts float->int saturating, with NaN -> 0; a bare Cast is undefined there."""
     b = ctx.b
     info = np.iinfo(target)

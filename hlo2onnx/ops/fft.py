@@ -18,11 +18,12 @@ from hlo2onnx.registry import register_complex
 from hlo2onnx.types import real_dtype
 
 # Longest non-power-of-two length done by matrix: its (2n x 2n) matrix is 16 MiB in f32.
+from hlo2onnx.translator import RuleContext
 MATRIX_LIMIT = 1024
 
 
 @register_complex("stablehlo.fft")
-def fft(ctx, x, *, fft_type, fft_length):
+def fft(ctx: RuleContext, x, *, fft_type, fft_length):
     kind = stablehlo.FftTypeAttr(fft_type).value
     b = ctx.b
     dtype = real_dtype(ctx.in_types[0].dtype)

@@ -24,6 +24,7 @@ from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float
 
 I64 = np.dtype(np.int64)
+from hlo2onnx.translator import RuleContext
 Label = tuple[str, int]
 
 
@@ -161,7 +162,7 @@ def _operand_order(b, x: ir.Value, batch: list[int], order: list[int | None]) ->
 
 # -- gather ---------------------------------------------------------------------------
 @register("stablehlo.gather")
-def gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, indices_are_sorted=False):
+def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes, indices_are_sorted=False):
     dn = stablehlo.GatherDimensionNumbers(dimension_numbers)
     b = ctx.b
     shape, out_shape = ctx.in_types[0].shape, list(ctx.out_type.shape)
@@ -278,7 +279,7 @@ def _pad_end(b, x: ir.Value, rank: int, axis: int, size: int, dtype: np.dtype) -
 
 
 @register("stablehlo.scatter")
-def scatter(ctx, *args, scatter_dimension_numbers, indices_are_sorted=False, unique_indices=False):
+def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sorted=False, unique_indices=False):
     # The hints change nothing here: ORT's kernels take no such promise.
     if len(args) != 3:
         raise NotImplementedError(f"scatter of {len(args) // 2} operands at once")
@@ -348,7 +349,7 @@ def _start_vector(b, starts: Sequence[ir.Value], high: Sequence[int]) -> ir.Valu
 
 
 @register("stablehlo.dynamic_slice")
-def dynamic_slice(ctx, x, *starts, slice_sizes):
+def dynamic_slice(ctx: RuleContext, x, *starts, slice_sizes):
     b = ctx.b
     shape = ctx.in_types[0].shape
     if ctx.out_type.size == 0:
@@ -362,7 +363,7 @@ def dynamic_slice(ctx, x, *starts, slice_sizes):
 
 
 @register("stablehlo.dynamic_update_slice")
-def dynamic_update_slice(ctx, x, update, *starts):
+def dynamic_update_slice(ctx: RuleContext, x, update, *starts):
     b = ctx.b
     shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[1].shape
     if ctx.in_types[1].size == 0:

@@ -30,6 +30,7 @@ from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.types import TensorType
 
 _INT64_MIN = np.iinfo(np.int64).min
+from hlo2onnx.translator import RuleContext
 _I64 = TensorType((), np.dtype(np.int64))
 _BOOL = TensorType((), np.dtype(np.bool_))
 _TRANSPOSED = [0, 2, 1]
@@ -40,7 +41,7 @@ def _lapack(*routines: str):
 
 
 # -- triangular solve ------------------------------------------------------------------------------------
-def _triangular_solve(ctx, a: ir.Value, rhs: ir.Value, *, left: bool, lower: bool, transpose: bool,
+def _triangular_solve(ctx: RuleContext, a: ir.Value, rhs: ir.Value, *, left: bool, lower: bool, transpose: bool,
                       unit: bool) -> ir.Value:
     """op(A) X = B (left) or X op(A) = B, reading only A's `lower` (or upper) triangle."""
     b, out = ctx.b, ctx.out_type
@@ -85,13 +86,13 @@ def _forward_substitution(b: Builder, a: ir.Value, rhs: ir.Value, batch: int, n:
 
 
 @_lapack("trsm")
-def trsm(ctx, a, rhs, *, side: int, uplo: int, trans_x: int, diag: int):
+def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: int):
     return _triangular_solve(ctx, a, rhs, left=side == ord("L"), lower=uplo == ord("L"),
                              transpose=trans_x != ord("N"), unit=diag == ord("U"))
 
 
 @register("stablehlo.triangular_solve")
-def triangular_solve(ctx, a, rhs, *, left_side: bool, lower: bool, unit_diagonal: bool, transpose_a):
+def triangular_solve(ctx: RuleContext, a, rhs, *, left_side: bool, lower: bool, unit_diagonal: bool, transpose_a):
     # ADJOINT is TRANSPOSE for the real matrices supported here.
     transpose = stablehlo.TransposeAttr(transpose_a).value != "NO_TRANSPOSE"
     return _triangular_solve(ctx, a, rhs, left=left_side, lower=lower, transpose=transpose, unit=unit_diagonal)
@@ -99,7 +100,7 @@ def triangular_solve(ctx, a, rhs, *, left_side: bool, lower: bool, unit_diagonal
 
 # -- LU --------------------------------------------------------------------------------------------------
 @_lapack("getrf")
-def getrf(ctx, a):
+def getrf(ctx: RuleContext, a):
     """LU with partial pivoting (the first largest |entry| pivots), right-looking; pivots are 1-based rows."""
     b, (t_lu, t_pivots, t_info) = ctx.b, ctx.out_types
     dtype = compute_dtype(t_lu.dtype)
@@ -145,7 +146,7 @@ def _transposed2d(b: Builder, x: ir.Value) -> ir.Value:
 
 
 # -- Cholesky --------------------------------------------------------------------------------------------
-def _cholesky(ctx, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.Value]:
+def _cholesky(ctx: RuleContext, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.Value]:
     """Left-looking Cholesky of the `lower` (or upper) triangle; the other triangle is left as it was.
 
     Returns the (B, n, n) factor and the (B, n) values whose square roots became the diagonal (LAPACK fails
@@ -179,7 +180,7 @@ def _cholesky(ctx, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.Value]:
 
 
 @_lapack("potrf")
-def potrf(ctx, a, *, uplo: int):
+def potrf(ctx: RuleContext, a, *, uplo: int):
     factor, squares = _cholesky(ctx, a, lower=uplo == ord("L"))
     zero = ctx.b.const(np.zeros((), compute_dtype(ctx.in_types[0].dtype)))
     failed = ctx.b.op("Not", ctx.b.op("Greater", squares, zero))
@@ -187,14 +188,14 @@ def potrf(ctx, a, *, uplo: int):
 
 
 @register("stablehlo.cholesky")
-def cholesky(ctx, a, *, lower: bool = False):
+def cholesky(ctx: RuleContext, a, *, lower: bool = False):
     # The other triangle and the result for a matrix that is not positive definite are implementation-defined.
     return unflat(ctx.b, _cholesky(ctx, a, lower)[0], ctx.out_type)
 
 
 # -- QR --------------------------------------------------------------------------------------------------
 @_lapack("geqrf")
-def geqrf(ctx, a):
+def geqrf(ctx: RuleContext, a):
     """Householder QR (LAPACK's geqr2): R above the diagonal, the reflectors' tails below, and their taus."""
     b, (t_qr, t_taus) = ctx.b, ctx.out_types
     dtype = compute_dtype(t_qr.dtype)
@@ -231,7 +232,7 @@ def geqrf(ctx, a):
 
 
 @_lapack("orgqr")
-def orgqr(ctx, a, taus):
+def orgqr(ctx: RuleContext, a, taus):
     """Q = H_0 ... H_{k-1} applied to the first columns of the identity, last reflector first (LAPACK's org2r)."""
     b, out = ctx.b, ctx.out_type
     dtype = compute_dtype(out.dtype)
@@ -260,7 +261,7 @@ def orgqr(ctx, a, taus):
 
 # -- tridiagonal solve -----------------------------------------------------------------------------------
 @_lapack("gtsv")
-def gtsv(ctx, dl, d, du, rhs):
+def gtsv(ctx: RuleContext, dl, d, du, rhs):
     """LAPACK's gtsv: Gaussian elimination with row swaps when |sub-diagonal| > |diagonal|, then back
     substitution with U's three diagonals. JAX's dl[0] and du[-1] lie outside the matrix and are not read."""
     b = ctx.b

@@ -38,6 +38,7 @@ from hlo2onnx.registry import register_custom_call
 from hlo2onnx.types import TensorType, set_type
 
 _I64 = TensorType((), np.dtype(np.int64))
+from hlo2onnx.translator import RuleContext
 _BOOL = TensorType((), np.dtype(np.bool_))
 # Cyclic Jacobi converges quadratically once off-diagonal entries are small; 6-10 sweeps are typical.
 _MAX_SWEEPS = 20
@@ -202,7 +203,7 @@ def _stored_triangle(b: Builder, n: int, uplo: int) -> tuple[ir.Value, ir.Value,
 
 # -- eigh ------------------------------------------------------------------------------------------------
 @register_custom_call("lapack_ssyevd_ffi", "lapack_dsyevd_ffi")
-def syevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
+def syevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     """Eigenvalues ascending, eigenvectors as columns; only the `uplo` triangle is read. Mode 'N' computes the
     vectors too (LAPACK leaves garbage there)."""
     b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
@@ -248,7 +249,7 @@ def _jacobi_eigh(b: Builder, a: ir.Value, w: ir.Value, batch: int, n: int, dtype
 
 
 @register_custom_call("lapack_cheevd_ffi", "lapack_zheevd_ffi")
-def heevd(ctx, a, *, mode: int = ord("V"), uplo: int = ord("L")):
+def heevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     """Hermitian eigh on the (real, imag) planes: like syevd, each rotation first turning a_pq real by a phase."""
     b, (t_vectors, t_values, t_info) = ctx.b, ctx.out_types
     dtype = compute_dtype(t_values.dtype)
@@ -312,7 +313,7 @@ def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: 
 
 # -- SVD -------------------------------------------------------------------------------------------------
 @register_custom_call(*(f"lapack_{t}{r}_ffi" for r in ("gesdd", "gesvd") for t in "sdcz"))
-def gesdd(ctx, a, *, mode: int):
+def gesdd(ctx: RuleContext, a, *, mode: int):
     """Singular values descending; mode 'A': full U and Vt, 'S': min(m, n) of them, 'N': none (zeros).
     Complex matrices are held as (real, imag) planes."""
     b, (_, t_s, t_u, t_vt, t_info) = ctx.b, ctx.out_types

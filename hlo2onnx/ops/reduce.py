@@ -10,6 +10,7 @@ from hlo2onnx.ops.sort import flip_top_bit
 from hlo2onnx.ops.shape import transpose_to
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, onnx_dtype
+from hlo2onnx.translator import RuleContext
 
 _REDUCERS = {
     "stablehlo.add": ("ReduceSum", "Add"),
@@ -52,7 +53,7 @@ def is_constant(value, scalar) -> bool:
 
 
 @register("stablehlo.reduce")
-def reduce(ctx, *operands, dimensions):
+def reduce(ctx: RuleContext, *operands, dimensions):
     count = len(operands) // 2
     if any(ctx.in_types[0].shape[d] == 0 for d in dimensions):
         # Nothing to combine: XLA gives `init` everywhere (ORT refuses some empty reductions, bool ReduceMin).
@@ -96,7 +97,7 @@ def separable_reducers(body, count: int) -> list[str] | None:
 _COMMUTATIVE = set(_REDUCERS)  # add, multiply, maximum, minimum, and, or
 
 
-def _reduce_one(ctx, x, init, reducer, in_shape, out_shape, dtype, dimensions):
+def _reduce_one(ctx: RuleContext, x, init, reducer, in_shape, out_shape, dtype, dimensions):
     """One reduction of `x` over `dimensions` by `reducer` (a stablehlo op name), starting from `init`."""
     if is_bool(dtype):  # on pred, max is or and min is and
         reducer = {"stablehlo.maximum": "stablehlo.or", "stablehlo.minimum": "stablehlo.and"}.get(reducer, reducer)
@@ -189,7 +190,7 @@ def _propagate_nan(b, x, result, dimensions, dtype):
     return b.typed("Where", any_nan, b.const(np.nan, dtype), result, dtype=dtype, cast=(1, 2))
 
 
-def _arg_reduce(ctx, x, indices, x_init, index_init, *, dimensions, body):
+def _arg_reduce(ctx: RuleContext, x, indices, x_init, index_init, *, dimensions, body):
     """JAX's argmax/argmin: (values, iota) reduced with a compare-select body.
 
     The first extreme wins ties; for floats the first NaN wins, as in JAX.

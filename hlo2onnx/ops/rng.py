@@ -30,6 +30,7 @@ from hlo2onnx.ops.bits import from_unsigned
 from hlo2onnx.registry import register
 
 U32, U64 = np.dtype(np.uint32), np.dtype(np.uint64)
+from hlo2onnx.translator import RuleContext
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # multipliers of words 0 and 2
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # key increments per round
@@ -147,7 +148,7 @@ def _algorithm(attr) -> str:
 
 
 @register("stablehlo.rng_bit_generator")
-def rng_bit_generator(ctx, state: ir.Value, *, rng_algorithm) -> list[ir.Value]:
+def rng_bit_generator(ctx: RuleContext, state: ir.Value, *, rng_algorithm) -> list[ir.Value]:
     b = ctx.b
     algorithm = _algorithm(rng_algorithm)
     state_type, out_type = ctx.in_types[0], ctx.out_types[1]

@@ -8,6 +8,7 @@ import onnx_ir as ir
 
 from hlo2onnx.registry import register
 from hlo2onnx.types import onnx_dtype
+from hlo2onnx.translator import RuleContext
 
 _INT64_MIN = np.iinfo(np.int64).min
 
@@ -30,7 +31,7 @@ def transpose_to(b, x: ir.Value, perm) -> ir.Value:
 
 
 @register("stablehlo.broadcast_in_dim")
-def broadcast_in_dim(ctx, x, *, broadcast_dimensions):
+def broadcast_in_dim(ctx: RuleContext, x, *, broadcast_dimensions):
     b = ctx.b
     in_shape, out_shape = ctx.in_types[0].shape, ctx.out_type.shape
     dims = list(broadcast_dimensions)
@@ -59,17 +60,17 @@ def unsqueeze_missing(b, x: ir.Value, dims, rank: int) -> ir.Value:
 
 
 @register("stablehlo.reshape")
-def reshape(ctx, x):
+def reshape(ctx: RuleContext, x):
     return reshape_to(ctx.b, x, ctx.out_type.shape)
 
 
 @register("stablehlo.transpose")
-def transpose(ctx, x, *, permutation):
+def transpose(ctx: RuleContext, x, *, permutation):
     return ctx.b.op("Transpose", x, perm=list(permutation))
 
 
 @register("stablehlo.slice")
-def slice_(ctx, x, *, start_indices, limit_indices, strides):
+def slice_(ctx: RuleContext, x, *, start_indices, limit_indices, strides):
     b = ctx.b
     axes = [i for i, (s, e, n) in enumerate(zip(start_indices, limit_indices, ctx.in_types[0].shape))
             if (s, e) != (0, n) or strides[i] != 1]
@@ -80,12 +81,12 @@ def slice_(ctx, x, *, start_indices, limit_indices, strides):
 
 
 @register("stablehlo.concatenate")
-def concatenate(ctx, *xs, dimension):
+def concatenate(ctx: RuleContext, *xs, dimension):
     return ctx.b.op("Concat", *xs, axis=dimension)
 
 
 @register("stablehlo.reverse")
-def reverse(ctx, x, *, dimensions):
+def reverse(ctx: RuleContext, x, *, dimensions):
     b = ctx.b
     dims = list(dimensions)
     if not dims:
@@ -96,7 +97,7 @@ def reverse(ctx, x, *, dimensions):
 
 
 @register("stablehlo.pad")
-def pad(ctx, x, padding_value, *, edge_padding_low, edge_padding_high, interior_padding):
+def pad(ctx: RuleContext, x, padding_value, *, edge_padding_low, edge_padding_high, interior_padding):
     b = ctx.b
     dtype = ctx.out_type.dtype
     shape = list(ctx.in_types[0].shape)
@@ -127,7 +128,7 @@ def _interior_pad(b, x, value, shape, axis, interior, dtype):
 
 
 @register("stablehlo.iota")
-def iota(ctx, *, iota_dimension):
+def iota(ctx: RuleContext, *, iota_dimension):
     b = ctx.b
     shape, dtype = ctx.out_type.shape, ctx.out_type.dtype
     n = shape[iota_dimension]
@@ -144,7 +145,7 @@ def iota(ctx, *, iota_dimension):
 
 
 @register("stablehlo.get_dimension_size")
-def get_dimension_size(ctx, x, *, dimension):
+def get_dimension_size(ctx: RuleContext, x, *, dimension):
     b = ctx.b
     size = b.op("Shape", x, start=dimension, end=dimension + 1)
     return b.op("Cast", reshape_to(b, size, []), to=onnx_dtype(ctx.out_type.dtype))

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from hlo2onnx.registry import register
+from hlo2onnx.translator import RuleContext
 
 
 @register("sdy.sharding_constraint")
-def sharding_constraint(ctx, x, **_sharding):
+def sharding_constraint(ctx: RuleContext, x, **_sharding):
     # jax.random.split/fold_in emit one with an empty mesh.
     return ctx.b.op("Identity", x)

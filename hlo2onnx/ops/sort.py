@@ -256,7 +256,7 @@ def _prefix_used(op, axis: int, n: int) -> int:
     return first or n
 
 
-def _pairwise_permutation(ctx, operands, n: int, axis: int) -> ir.Value:
+def _pairwise_permutation(ctx: RuleContext, operands, n: int, axis: int) -> ir.Value:
     """Sorts by evaluating the comparator on every pair (i, j); stable by index."""
     b = ctx.b
     shape = list(ctx.in_types[0].shape)
@@ -290,7 +290,7 @@ def permutation_from_less(b, less: ir.Value, n: int, rank: int, moved: list[int]
     return transpose_to(b, perm, [moved.index(d) for d in range(rank)])
 
 
-def _emit_pairwise(ctx, block: mlir.Block, args: list[ir.Value], shape: list[int]) -> ir.Value:
+def _emit_pairwise(ctx: RuleContext, block: mlir.Block, args: list[ir.Value], shape: list[int]) -> ir.Value:
     """Translates a scalar comparator on pair matrices: each op's rule sees the matrix shape."""
 
     env = dict(zip(block.arguments, args))
@@ -313,7 +313,7 @@ def _emit_pairwise(ctx, block: mlir.Block, args: list[ir.Value], shape: list[int
     raise NotImplementedError("sort comparator without a return")
 
 
-def _gather(ctx, index: int, x: ir.Value, perm: ir.Value, axis: int) -> ir.Value:
+def _gather(ctx: RuleContext, index: int, x: ir.Value, perm: ir.Value, axis: int) -> ir.Value:
     """x reordered by perm; an iota along the axis (argsort's, top_k's indices) is perm itself."""
     source = _producer(ctx.hlo_op.operands[index], "stablehlo.iota")
     if source is not None and source.operation.attributes["iota_dimension"].value == axis:
@@ -322,7 +322,7 @@ def _gather(ctx, index: int, x: ir.Value, perm: ir.Value, axis: int) -> ir.Value
 
 
 @register("stablehlo.sort")
-def sort(ctx, *operands, dimension: int, is_stable: bool = False):
+def sort(ctx: RuleContext, *operands, dimension: int, is_stable: bool = False):
     b = ctx.b
     shape = ctx.in_types[0].shape
     axis = dimension % len(shape)

@@ -19,6 +19,7 @@ from hlo2onnx.types import is_float
 F32 = np.dtype(np.float32)
 
 # Cephes' atan rational forms: atan(z) = z + z * z^2 R(z^2) on a reduced |z|; about 1 ulp.
+from hlo2onnx.translator import RuleContext
 # float64 (atan.c): R = P / Q, with z reduced to |z| <= 0.66.
 _ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
            -1.228866684490136173410e2, -6.485021904942025371773e1)
@@ -115,7 +116,7 @@ def atan2_values(b: Builder, dtype: np.dtype, y: ir.Value, x: ir.Value) -> ir.Va
 
 
 @register("stablehlo.atan2")
-def atan2(ctx, y, x):
+def atan2(ctx: RuleContext, y, x):
     dtype = ctx.out_type.dtype
     if not is_float(dtype):
         raise NotImplementedError(f"atan2 of {dtype} (complex atan2 is not translated)")
@@ -173,7 +174,7 @@ def _tan(b: Builder, dtype: np.dtype, x: ir.Value) -> ir.Value:
     return b.op("Where", odd, b.op("Neg", b.op("Div", cos, sin)), b.op("Div", sin, cos))
 
 
-def _trig(fn, onnx_op: str, ctx, x: ir.Value) -> ir.Value:
+def _trig(fn, onnx_op: str, ctx: RuleContext, x: ir.Value) -> ir.Value:
     """ONNX's op in f32/f16 (ORT is within 2 ulp of XLA there); the reduced form in f64."""
     dtype = ctx.out_type.dtype
     if not is_float(dtype):

@@ -21,9 +21,10 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.ops.reduce import is_constant, single_reducer
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.registry import register
-from hlo2onnx.types import is_bool, is_float, onnx_dtype
+from hlo2onnx.types import is_bool, is_float
 
 # reducer -> (ONNX op on bool, ONNX op otherwise). XLA's add/mul on pred are or/and.
+from hlo2onnx.translator import RuleContext
 _COMBINE = {
     "stablehlo.add": ("Or", "Add"),
     "stablehlo.multiply": ("And", "Mul"),
@@ -106,7 +107,7 @@ class Window:
 
 
 @register("stablehlo.reduce_window")
-def reduce_window(ctx, *operands, window_dimensions, window_strides=None, base_dilations=None,
+def reduce_window(ctx: RuleContext, *operands, window_dimensions, window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None):
     if len(operands) != 2:
         from hlo2onnx.ops.window_variadic import variadic_reduce_window  # it builds on this module
@@ -210,7 +211,7 @@ ELEMENTWISE_BODY_OPS = frozenset(f"stablehlo.{name}" for name in (
     "floor ceil is_finite").split())
 
 
-def _general_body(ctx, x, init, body, dtype, shape, win: Window) -> ir.Value:
+def _general_body(ctx: RuleContext, x, init, body, dtype, shape, win: Window) -> ir.Value:
     """Any elementwise body (cumlogsumexp's logaddexp, ...): its identity is unknown, so holes are
     tracked as static per-axis masks and skipped when combining."""
     names = [op.operation.name for op in body.operations][:-1]
@@ -319,7 +320,8 @@ _SCATTER = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maxi
 
 
 @register("stablehlo.select_and_scatter")
-def select_and_scatter(ctx, operand, source, init, *, window_dimensions, window_strides=None, padding=None):
+def select_and_scatter(ctx: RuleContext, operand, source, init, *, window_dimensions, window_strides=None,
+                       padding=None):
     """Selects each window's element as XLA does (row-major, keep the pick while `select(pick, next)`),
     then scatters `source` onto the picks with ScatterElements' reduction."""
     select_op = _select_compare(ctx.hlo_op.regions[0].blocks[0])
@@ -333,7 +335,6 @@ def select_and_scatter(ctx, operand, source, init, *, window_dimensions, window_
     win = Window.read(window_dimensions, window_strides, padding)
     rank = len(shape)
     padded = edge_pad(b, operand, win.lo, win.hi, b.const(np.zeros((), dtype)), dtype)
-    padded_shape = [n + lo + hi for n, lo, hi in zip(shape, win.lo, win.hi)]
     flat_strides = [prod(shape[a + 1:]) for a in range(rank)]
     has_padding = any(win.lo) or any(win.hi)
     best = best_off = best_ok = None

@@ -20,6 +20,7 @@ import numpy as np
 from hlo2onnx.ops.window import ELEMENTWISE_BODY_OPS, Window, axis_slice, pad_and_dilate
 
 # Most elements one window may hold (the fold is unrolled).
+from hlo2onnx.translator import RuleContext
 _MAX_WINDOW = 64
 
 
@@ -37,7 +38,7 @@ def _valid_positions(shape, win: Window) -> list[np.ndarray]:
     return valid
 
 
-def variadic_reduce_window(ctx, operands, win: Window):
+def variadic_reduce_window(ctx: RuleContext, operands, win: Window):
     count = len(operands) // 2
     body = ctx.hlo_op.regions[0].blocks[0]
     names = [op.operation.name for op in body.operations][:-1]
