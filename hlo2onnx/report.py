@@ -15,10 +15,9 @@ from typing import Mapping, Sequence
 import onnx_ir as ir
 
 from hlo2onnx.patterns import Report
-from hlo2onnx.patterns.engine import RULE
 from hlo2onnx.targets import Target
 from hlo2onnx.targets import Violation
-from hlo2onnx.provenance import SOURCE_OP
+from hlo2onnx.provenance import RULE, SOURCE_OP
 
 
 @dataclass

@@ -1,12 +1,29 @@
 """Graph rewrites after translation: clean-up passes, then fusions into high-level ONNX ops.
 
-`optimize` is the single entry point the translator calls; `optimize_report`
-does the same and says which fusions fired.
+`optimize_report` is the single entry point the translator calls: it rewrites the model in place and says
+which fusions fired.
 
-The pipeline: shape inference (the checks need static shapes), size-limited
-constant folding, clean-up to one canonical form (cleanup.py), CSE and DCE,
-then each fusion rule in a fixed order, the exact algebraic rewrites that save ONNX Runtime
-passes over large tensors (algebra.py), and a last clean-up.
+The pipeline: shape inference (the checks need static shapes), size-limited constant folding, clean-up to
+one canonical form, CSE and DCE, then each fusion rule in a fixed order, the exact algebraic rewrites that
+save ONNX Runtime passes over large tensors, and a last clean-up.
+
+Three ways to write a rewrite, one per kind of job; a new rewrite takes the first that fits:
+
+* Fusions (many nodes -> one high-level op, checked against the opset and target): onnxscript pattern
+  classes, subclasses of base.Fusion with `pattern`, `check` (a MatchResult whose fail() says why a near
+  match was refused) and `rewrite`. activations.py, normalization.py, attention.py, convolution.py and
+  fusions.py (which also fixes their order); engine.apply_rules applies them, tried only at their root op.
+  Each is unit-tested in tests/test_fusions_unit.py.
+* Exact algebra (one node, and what feeds it, -> an equal value with fewer passes over memory): node rules,
+  one function per root op type, `rule(node, emit) -> value | None`, applied by the one driver
+  noderules.rewrite. algebra.py (arithmetic, selects, reductions) and movement.py (slices, pads, concats).
+* Whole-graph passes, for rewrites that need more than a node's neighbourhood: cleanup.py (the canonical
+  form every pattern is written against), layout.py (sinking a Transpose through the region it reaches)
+  and selects.py (selects whose every use is selected again on the same mask).
+
+Every rewrite hands the provenance of the nodes it replaces on to the nodes it makes
+(hlo2onnx.provenance.inherit_sources). onnxscript is used through its public names; the one private use
+(a rule's traced pattern, for the root-op pre-check) is isolated in engine.py.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import math
 import jax
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
 from hlo2onnx.patterns import templates
 from hlo2onnx.patterns.base import Fusion, is_close, numpy_dtype, scalar

@@ -13,109 +13,31 @@ They run after the fusions, whose patterns expect the translator's forms.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.patterns import engine
-from hlo2onnx.patterns.base import numpy_dtype
 from hlo2onnx.patterns.cleanup import all_graphs, const_array, remove_unused, splat_of, static_shape
+from hlo2onnx.patterns.noderules import Emitter, NodeRule, only_use, producer_of, rewrite, same_value, scalar_array
+from hlo2onnx.patterns.selects import drop_dominated_selects
 from hlo2onnx.targets import Target
 
-# Nodes whose output at each position depends only on their inputs at that position
-# (after broadcasting): a value's positions keep their meaning through them.
-ELEMENTWISE = frozenset({
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log",
-    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Erf", "Sign", "Floor", "Ceil", "Round", "Relu", "Cast", "Identity",
-    "Not", "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf",
-    "Where", "Softplus", "Atan", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
-})
-
-
-# Integer kernels that fail on some inputs: a masked-out position must still be computable.
-_TRAPS = frozenset({"Div", "Mod"})
-
-
-def _scalar(value: ir.Value | None) -> np.ndarray | None:
-    array = const_array(value)
-    return array.reshape(()) if array is not None and array.size == 1 else None
-
-
-def same_value(a: ir.Value, b: ir.Value) -> bool:
-    """The same value, or two one-element constants with the same bits and dtype."""
-    if a is b:
-        return True
-    x, y = _scalar(a), _scalar(b)
-    return (x is not None and y is not None and x.dtype == y.dtype and static_shape(a) == static_shape(b)
-            and x.tobytes() == y.tobytes())
-
-
 def _is_zero(value: ir.Value) -> bool:
-    x = _scalar(value)
+    x = scalar_array(value)
     return x is not None and x.dtype.kind in "fiu" and x == 0
 
 
-def producer_of(value: ir.Value | None, op_type: str) -> ir.Node | None:
-    node = value.producer() if value is not None else None
-    return node if node is not None and node.op_type == op_type and node.domain == "" else None
 
-
-def _only_use(value: ir.Value) -> bool:
-    return len(value.uses()) == 1 and not value.is_graph_output()
-
-
-class Emitter:
-    """Builds the replacement nodes in front of the node being rewritten."""
-
-    def __init__(self, graph: ir.Graph, anchor: ir.Node, target: Target | None = None, opset: int = 0):
-        self.graph, self.anchor, self.target, self.opset = graph, anchor, target, opset
-        self.created: list[ir.Node] = []
-
-    def allows(self, op_type: str, like: ir.Value) -> bool:
-        """Whether the target runs `op_type` on `like`'s dtype (rules that emit a new op type ask first)."""
-        return self.target is None or self.target.supports(op_type, numpy_dtype(like))
-
-    def __call__(self, op_type: str, *inputs: ir.Value, like: ir.Value, attrs: tuple = ()) -> ir.Value:
-        node = ir.Node("", op_type, inputs, [ir.Attr(a.name, a.type, a.value) for a in attrs])
-        self.graph.insert_before(self.anchor, node)
-        self.created.append(node)
-        out = node.outputs[0]
-        out.type, out.shape = like.type, like.shape
-        return out
-
-    def graph_shape(self, dims: tuple) -> ir.Value:
-        """An int64 shape initializer (Expand's second input) of the graph being rewritten."""
-        root = self.graph
-        array = np.asarray(dims, np.int64)
-        tensor = ir.Tensor(array, name=f"shape_{'x'.join(map(str, dims))}")
-        value = root.initializers.get(tensor.name)
-        if value is None:
-            value = ir.Value(name=tensor.name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.INT64),
-                             const_value=tensor)
-            root.register_initializer(value)
-        return value
-
-    def bool_like(self, op_type: str, a: ir.Value, b: ir.Value) -> ir.Value:
-        shape = np.broadcast_shapes(static_shape(a), static_shape(b))
-        node = ir.Node("", op_type, [a, b])
-        self.graph.insert_before(self.anchor, node)
-        self.created.append(node)
-        node.outputs[0].type, node.outputs[0].shape = ir.TensorType(ir.DataType.BOOL), ir.Shape(shape)
-        return node.outputs[0]
-
-
-# Each rule: (node, emit) -> the value that replaces the node's output, or None.
+# Node rules (noderules.py): (node, emit) -> the value that replaces the node's output, or None.
 def _pow_one(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """x ** 1 -> x (jax's gradient of x ** 2 is 2 * x ** 1; ORT runs std::pow on it)."""
-    exponent = _scalar(node.inputs[1])
+    exponent = scalar_array(node.inputs[1])
     return node.inputs[0] if exponent is not None and exponent == 1 else None
 
 
 def _bool_equal(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """b == True -> b, b == False -> not b (jax's `ne(x < 0, divisor < 0)` with a constant divisor)."""
     for x, c in (node.inputs, node.inputs[::-1]):
-        constant = _scalar(c)
+        constant = scalar_array(c)
         if x.dtype == ir.DataType.BOOL and constant is not None and constant.dtype == np.bool_:
             return x if constant else emit("Not", x, like=node.outputs[0])
     return None
@@ -124,7 +46,7 @@ def _bool_equal(node: ir.Node, emit: Emitter) -> ir.Value | None:
 def _equal(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """abs(x) == inf -> isinf(x) (jnp.isinf), and _bool_equal."""
     for a, c in (node.inputs, node.inputs[::-1]):
-        magnitude, constant = producer_of(a, "Abs"), _scalar(c)
+        magnitude, constant = producer_of(a, "Abs"), scalar_array(c)
         if (magnitude is not None and constant is not None and constant.dtype.kind == "f" and constant == np.inf
                 and emit.allows("IsInf", magnitude.inputs[0])):
             return emit("IsInf", magnitude.inputs[0], like=node.outputs[0])
@@ -166,7 +88,7 @@ def _where(node: ir.Node, emit: Emitter) -> ir.Value | None:
         return x
     for branch, fill, combine in ((y, x, "Or"), (x, y, "And")):
         inner = producer_of(branch, "Where")
-        if inner is None or not _only_use(branch):
+        if inner is None or not only_use(branch):
             continue
         b, ix, iy = inner.inputs
         if combine == "Or" and same_value(ix, fill):
@@ -190,7 +112,7 @@ def _add_selects(node: ir.Node, emit: Emitter) -> ir.Value | None:
     left, right = (producer_of(v, "Where") for v in node.inputs)
     if left is None or right is None or left.inputs[0] is not right.inputs[0]:
         return None
-    if not all(_only_use(v) for v in node.inputs):
+    if not all(only_use(v) for v in node.inputs):
         return None
     m = left.inputs[0]
     for first, second in ((left, right), (right, left)):
@@ -204,10 +126,10 @@ def _reduce_sum(node: ir.Node, emit: Emitter) -> ir.Value | None:
     sum(x * x) -> ReduceSumSquare(x): one pass instead of two (the same sum, up to its order)."""
     attrs, x = tuple(node.attributes.values()), node.inputs[0]
     negated, square = producer_of(x, "Neg"), producer_of(x, "Mul")
-    if negated is not None and _only_use(x):
+    if negated is not None and only_use(x):
         total = emit("ReduceSum", negated.inputs[0], *node.inputs[1:], like=node.outputs[0], attrs=attrs)
         return emit("Neg", total, like=node.outputs[0])
-    if (square is not None and square.inputs[0] is square.inputs[1] and _only_use(x)
+    if (square is not None and square.inputs[0] is square.inputs[1] and only_use(x)
             and emit.allows("ReduceSumSquare", x)):
         return emit("ReduceSumSquare", square.inputs[0], *node.inputs[1:], like=node.outputs[0], attrs=attrs)
     return _merge_reduces(node, emit)
@@ -216,7 +138,7 @@ def _reduce_sum(node: ir.Node, emit: Emitter) -> ir.Value | None:
 def _merge_reduces(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """reduce(reduce(x, axes, keepdims=1), axes) -> reduce(x, axes): the outer one only drops size-1 dims."""
     inner = producer_of(node.inputs[0], node.op_type)
-    if inner is None or len(inner.inputs) < 2 or len(node.inputs) < 2 or not _only_use(node.inputs[0]):
+    if inner is None or len(inner.inputs) < 2 or len(node.inputs) < 2 or not only_use(node.inputs[0]):
         return None
     keep = inner.attributes.get("keepdims")
     axes, inner_axes = const_array(node.inputs[1]), const_array(inner.inputs[1])
@@ -232,7 +154,7 @@ def _merge_reduces(node: ir.Node, emit: Emitter) -> ir.Value | None:
 def _sqrt(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """sqrt(ReduceSumSquare(x)) -> ReduceL2(x) (jnp.linalg.norm)."""
     total = producer_of(node.inputs[0], "ReduceSumSquare")
-    if total is None or not _only_use(node.inputs[0]) or not emit.allows("ReduceL2", node.outputs[0]):
+    if total is None or not only_use(node.inputs[0]) or not emit.allows("ReduceL2", node.outputs[0]):
         return None
     return emit("ReduceL2", *total.inputs, like=node.outputs[0], attrs=tuple(total.attributes.values()))
 
@@ -245,7 +167,7 @@ def _or(node: ir.Node, emit: Emitter) -> ir.Value | None:
     found = []
     for equal in equals:
         for x, c in (equal.inputs, equal.inputs[::-1]):
-            constant = _scalar(c)
+            constant = scalar_array(c)
             if constant is not None and constant.dtype.kind == "f" and np.isinf(constant):
                 found.append((x, float(constant)))
                 break
@@ -290,7 +212,7 @@ def _conditional_shift(node: ir.Node, emit: Emitter) -> ir.Value | None:
     if not node.outputs[0].dtype.is_floating_point():
         return None
     for a, k in (add.inputs, add.inputs[::-1]):
-        shift = _scalar(k)
+        shift = scalar_array(k)
         if a is x and shift is not None and np.isfinite(shift):
             mask = emit("Cast", m, like=node.outputs[0], attrs=(ir.AttrInt64("to", node.outputs[0].dtype.value),))
             return emit("Add", x, emit("Mul", mask, k, like=node.outputs[0]), like=node.outputs[0])
@@ -314,7 +236,7 @@ def _transpose(node: ir.Node, emit: Emitter) -> ir.Value | None:
     gemm, perm = producer_of(node.inputs[0], "Gemm"), node.attributes.get("perm")
     if gemm is None or len(gemm.inputs) != 2 or perm is None or list(perm.as_ints()) != [1, 0]:
         return None
-    if not _only_use(node.inputs[0]):
+    if not only_use(node.inputs[0]):
         return None
     flags = {name: gemm.attributes[name].as_int() if name in gemm.attributes else 0 for name in ("transA", "transB")}
     extra = tuple(a for a in gemm.attributes.values() if a.name not in flags)
@@ -363,7 +285,7 @@ def _iota(value: ir.Value) -> tuple[int, int] | None:
                 return found[0], found[1] + int(splat)
         return None
     counting = producer_of(node.inputs[0], "Range") if node.op_type == "Reshape" else None
-    start, delta = (_scalar(counting.inputs[i]) for i in (0, 2)) if counting is not None else (None, None)
+    start, delta = (scalar_array(counting.inputs[i]) for i in (0, 2)) if counting is not None else (None, None)
     if start is None or delta is None or delta != 1 or shape.count(1) != 1:
         return None
     return 1 - shape.index(1), int(start)
@@ -397,7 +319,7 @@ def _cast(node: ir.Node, emit: Emitter) -> ir.Value | None:
     return x if _fits_in(x, narrow, {}) else None
 
 
-RULES: dict[str, Callable[[ir.Node, Emitter], ir.Value | None]] = {
+RULES: dict[str, NodeRule] = {
     "Pow": _pow_one, "Equal": _equal, "Not": _not, "And": _and, "Where": _where, "Add": _add,
     "ReduceSum": _reduce_sum, "ReduceMax": _merge_reduces, "ReduceMin": _merge_reduces, "Sqrt": _sqrt, "Or": _or,
     "Gemm": _gemm, "Transpose": _transpose, "Cast": _cast,
@@ -410,9 +332,10 @@ def widen_broadcasts(model: ir.Model) -> int:
     return sum(rewrite(graph, _WIDEN) for graph in all_graphs(model.graph))
 
 
-def simplify(model: ir.Model, target: Target | None = None, rules: dict | None = None) -> int:
-    """Applies the rewrites to every graph of `model` until none applies; returns how many nodes went."""
-    total, opset = 0, model.opset_imports.get("", 0)
+def simplify(model: ir.Model, target: Target | None = None, rules: dict[str, NodeRule] | None = None) -> int:
+    """Applies the node rules (RULES unless given) to every graph of `model` until none applies; returns how
+    many nodes went."""
+    total, opset, rules = 0, model.opset_imports.get("", 0), RULES if rules is None else rules
     for _ in range(8):
         # Dominated selects first: merging nested selects changes the masks they are recognized by.
         changed = sum(drop_dominated_selects(graph) for graph in all_graphs(model.graph))
@@ -423,104 +346,3 @@ def simplify(model: ir.Model, target: Target | None = None, rules: dict | None =
             remove_unused(graph)
         total += changed
     return total
-
-
-def rewrite(graph: ir.Graph, rules: dict | None = None, target: Target | None = None, opset: int = 0) -> int:
-    """One sweep of the rules over `graph`; returns how many nodes were replaced."""
-    count = 0
-    for node in list(graph):
-        rule = (RULES if rules is None else rules).get(node.op_type)
-        if rule is None or node.graph is not graph or node.domain != "" or len(node.outputs) != 1:
-            continue
-        out = node.outputs[0]
-        if static_shape(out) is None or any(v is None or static_shape(v) is None for v in node.inputs):
-            continue
-        emit = Emitter(graph, node, target, opset)
-        result = rule(node, emit)
-        # A value of another shape (one the node broadcast) cannot stand in; emitted nodes left unused go with DCE.
-        if result is None or static_shape(result) != static_shape(out) or result.dtype != out.dtype:
-            continue
-        if out.is_graph_output():
-            # Only a new node's output may take a graph output's place (and its name: callers see it).
-            if result.producer() is None or result.producer().graph is not graph or result.is_graph_output():
-                continue
-            name, out.name = out.name, None
-            ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
-            result.name = name
-        else:
-            ir.convenience.replace_all_uses_with(out, result)
-        # The new nodes stand for the node and for the producers only it used.
-        feeding = [v.producer() for v in node.inputs if v is not None and v.producer() is not None
-                   and all(user is node for user, _ in v.uses())]
-        engine.inherit_sources([node, *feeding], emit.created, None)
-        graph.remove(node, safe=True)
-        count += 1
-    return count
-
-
-def drop_dominated_selects(graph: ir.Graph) -> int:
-    """where(m, a, b) -> a when every use of it only reaches the `x` input of a where(m, ...) (b: the `y` input).
-
-    jnp.where's gradient and jax-md's safe_mask select on the same mask again after some
-    arithmetic: `where(m, f(where(m, a, 0)), 0)` is `where(m, f(a), 0)`. Positions
-    correspond only through elementwise nodes of one shape, so the search stops at any other.
-    """
-    count = 0
-    for node in list(graph):
-        if node.op_type != "Where" or node.domain != "" or node.graph is not graph:
-            continue
-        out, (m, a, b) = node.outputs[0], node.inputs
-        shape = static_shape(out)
-        if shape is None:
-            continue
-        side = _side(out, m, shape, {})
-        keep = a if side == 1 else b if side == 2 else None
-        if keep is None or keep.dtype != out.dtype or not _fits(keep, out):
-            continue
-        ir.convenience.replace_all_uses_with(out, keep)
-        graph.remove(node, safe=True)
-        count += 1
-    return count
-
-
-def _fits(small: ir.Value, value: ir.Value) -> bool:
-    """Whether `small` may replace `value` in each of its users: their broadcasts still give their shapes."""
-    if static_shape(small) == static_shape(value):
-        return True
-    if static_shape(small) is None:
-        return False
-    for user, index in value.uses():
-        shapes = [static_shape(v) for v in user.inputs]
-        shapes[index] = static_shape(small)
-        if None in shapes or np.broadcast_shapes(*shapes) != static_shape(user.outputs[0]):
-            return False
-    return True
-
-
-def _side(value: ir.Value, mask: ir.Value, shape: tuple, memo: dict) -> int | None:
-    """1 (2) when every use of `value` flows through same-shape elementwise nodes into the x (y) input of a
-    where on `mask` of that shape; None otherwise."""
-    if value in memo:
-        return memo[value]
-    memo[value] = None  # also what a cycle would give (graphs have none)
-    uses = list(value.uses())
-    if value.is_graph_output() or not uses:
-        return None
-    sides = set()
-    for user, index in uses:
-        if user.graph is not value.graph or user.domain != "" or len(user.outputs) != 1:
-            return None
-        if static_shape(user.outputs[0]) != shape:
-            return None
-        if user.op_type == "Where" and user.inputs[0] is mask and index in (1, 2):
-            sides.add(index)
-        elif user.op_type in _TRAPS and not user.outputs[0].dtype.is_floating_point():
-            return None  # an integer divisor made safe by the select: ORT fails on x / 0
-        elif user.op_type in ELEMENTWISE:
-            sides.add(_side(user.outputs[0], mask, shape, memo))
-        else:
-            return None
-        if None in sides or len(sides) > 1:
-            return None
-    memo[value] = sides.pop()
-    return memo[value]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
 from hlo2onnx.patterns.base import Fusion, numpy_dtype, scalar
 from hlo2onnx.patterns.cleanup import static_shape

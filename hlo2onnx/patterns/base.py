@@ -5,8 +5,7 @@ from typing import ClassVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult, pattern
 
 from hlo2onnx.patterns.cleanup import const_array, static_shape
 from hlo2onnx.targets import Target

@@ -8,12 +8,14 @@ and the fusion patterns only need to know that one form.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import onnx
 import onnx.reference.ops
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
-from onnxscript.rewriter.rules.common import _basic_rules
+from onnxscript.rewriter.rules import common as common_rules
 
 from hlo2onnx.patterns import engine
 
@@ -246,11 +248,16 @@ def _fold_constants(model: ir.Model) -> int:
     return count
 
 
+# onnxscript's rules for pairs that cancel or merge. Its module-level rule objects keep per-match state and
+# anyone else in the process may be matching with them, so they are copied once, here, into templates no one
+# matches with; each rule set the pool builds is a copy of those (its own matcher and check state).
+_PAIR_RULES = copy.deepcopy([common_rules.cast_cast_rule, common_rules.reshape_reshape_rule,
+                             common_rules.transpose_transpose_rule,
+                             common_rules.unsqueeze_unsqueeze_rule])
+
+
 def _build_clean_rules() -> list:
-    # onnxscript's rules for pairs that cancel or merge, as our own copies: its module-level rule objects
-    # keep per-match state, and anyone else in the process may be using them.
-    return [_basic_rules.CastCast.rule(), _basic_rules.ReshapeReshape.rule(),
-            _basic_rules.TransposeTranspose.rule(), _basic_rules.UnsqueezeUnsqueeze.rule()]
+    return copy.deepcopy(_PAIR_RULES)
 
 
 _CLEAN_RULES = engine.RulePool(_build_clean_rules)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
 from hlo2onnx.patterns.base import Fusion, numpy_dtype, scalar
 from hlo2onnx.patterns.cleanup import const_array, static_shape

@@ -14,10 +14,16 @@ from typing import Callable, Hashable, Iterable, Iterator, Sequence
 import onnx
 import onnx_ir as ir
 from onnxscript.optimizer import basic_constant_propagation
-from onnxscript.rewriter import _pattern_ir, pattern
+from onnxscript.rewriter import pattern
+
+# The one private onnxscript use in hlo2onnx, read by _signature only: a rule's traced pattern
+# (RewriteRule._target_pattern) and the classes of its nodes. onnxscript 0.7 has no public accessor for either,
+# and without them every rule is tried at every node (the matcher costs ~0.1 ms a try). If the attribute goes away,
+# _signature returns None and rules are tried everywhere: slower, the same result.
+from onnxscript.rewriter import _pattern_ir  # noqa: PLC2701
 
 from hlo2onnx.interrupts import checkpoint
-from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
+from hlo2onnx.provenance import inherit_sources
 
 # onnxscript traces a pattern's arithmetic operators (x * 0.5) into a process-wide "current builder", so
 # two patterns traced at once would swap nodes: rule sets are built one at a time (rarely: a pool is empty
@@ -66,7 +72,10 @@ _INFERENCE_DATA_LIMIT = 64
 
 def _signature(rule: pattern.RewriteRule) -> tuple[str, list[str | None]] | None:
     """The pattern's root op type, and the op type producing each of its inputs (None: anything)."""
-    outputs = rule._target_pattern.output_nodes  # noqa: SLF001 (no public accessor)
+    target = getattr(rule, "_target_pattern", None)  # noqa: SLF001 (no public accessor: see the import)
+    outputs = getattr(target, "output_nodes", None)
+    if outputs is None:
+        return None
     if len(outputs) != 1 or _op_type(outputs[0]) is None:
         return None
     feeds = [_op_type(value.producer()) if isinstance(value, _pattern_ir.NodeOutputPattern) else None
@@ -118,24 +127,6 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
                 by_op.setdefault(new.op_type, []).append(new)
         count += 1
     return count
-
-
-RULE = "hlo2onnx.rule"  # node metadata: the rewrite rule that made the node
-
-
-def inherit_sources(old: Sequence[ir.Node], new: Sequence[ir.Node], rule_name: str | None) -> None:
-    """New nodes name every StableHLO op (and the first source line) behind the nodes they replace,
-    and the rule that made them (None: the first rule named by an old node, if any)."""
-    rule_name = rule_name or next((node.metadata_props[RULE] for node in old if RULE in node.metadata_props), None)
-    ops = sorted({op for node in old for op in node.metadata_props.get(SOURCE_OP, "").split(",") if op})
-    loc = next((node.metadata_props[SOURCE_LOC] for node in old if SOURCE_LOC in node.metadata_props), None)
-    for node in new:
-        if ops:
-            node.metadata_props[SOURCE_OP] = ",".join(ops)
-        if loc:
-            node.metadata_props[SOURCE_LOC] = loc
-        if rule_name:
-            node.metadata_props[RULE] = rule_name
 
 
 def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counter:

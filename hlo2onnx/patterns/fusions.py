@@ -5,7 +5,7 @@ from typing import ContextManager
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
 from hlo2onnx.patterns import activations, engine, normalization, templates
 from hlo2onnx.patterns.base import Fusion

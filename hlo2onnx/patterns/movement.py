@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.patterns.algebra import Emitter, producer_of, same_value
+from hlo2onnx.patterns.noderules import Emitter, producer_of, same_value
 from hlo2onnx.patterns.cleanup import const_array, static_shape
 
 Ranges = dict[int, tuple[int, int]]  # axis -> [start, stop) with step 1

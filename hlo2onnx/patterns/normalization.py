@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult, pattern
 
 from hlo2onnx.patterns.base import Fusion, is_close, numpy_dtype, reduced_count, scalar, trailing_axes
 from hlo2onnx.patterns.cleanup import const_array, static_shape

@@ -13,7 +13,7 @@ from typing import Callable
 import jax
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import _pattern_ir
+from onnxscript.rewriter import pattern
 
 from hlo2onnx import ops  # noqa: F401  (the rules the template's translation needs)
 from hlo2onnx.mlir_io import prepare
@@ -50,7 +50,7 @@ def replay(graph: ir.Graph, op, *inputs):
             array = const_array(value)
             if array is None or array.size != 1:
                 raise ValueError(f"template input {value.name} is neither an input nor a scalar constant")
-            args.append(_pattern_ir.Constant(array.reshape(()).item()))
+            args.append(pattern.Constant(array.reshape(()).item()))
         attrs = {name: attr.value for name, attr in node.attributes.items()}
         outputs = getattr(op, node.op_type)(*args, _outputs=len(node.outputs), **attrs)
         outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
