@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.patterns.algebra import ELEMENTWISE
+from hlo2onnx.patterns.selects import ELEMENTWISE
 from hlo2onnx.patterns.cleanup import all_graphs, const_array, static_shape
 
 

@@ -11,12 +11,11 @@ last axis itself (Expand is no help there: it copies in runs of one element too)
 """
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.patterns import algebra
+from hlo2onnx.patterns import noderules
 from hlo2onnx.patterns.cleanup import all_graphs, static_shape
 
 # Below this many output elements the broadcast costs too little to matter.
@@ -26,7 +25,7 @@ MAX_AXIS = 4
 _OPS = ("Add", "Sub", "Mul", "Div")
 
 
-def _widen_last_axis(node: ir.Node, emit: Any) -> ir.Value | None:
+def _widen_last_axis(node: ir.Node, emit: noderules.Emitter) -> ir.Value | None:
     out = static_shape(node.outputs[0])
     if len(node.inputs) != 2 or not out or not 1 < out[-1] <= MAX_AXIS or int(np.prod(out)) < MIN_ELEMENTS:
         return None
@@ -48,4 +47,4 @@ def widen_last_axes(model: ir.Model) -> int:
     """The rewrite over every graph; returns how many nodes it replaced. Runs after the clean-ups
     (which would fold the copies back into a broadcast)."""
     rules = dict.fromkeys(_OPS, _widen_last_axis)
-    return sum(algebra.rewrite(graph, rules) for graph in all_graphs(model.graph))
+    return sum(noderules.rewrite(graph, rules) for graph in all_graphs(model.graph))

@@ -26,12 +26,11 @@ know |x|, so the tests hold it to the dtype's tolerance on values up to 1e4 c.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.patterns.cleanup import ScalarConstants, const_array, static_shape
+from hlo2onnx.patterns.noderules import Emitter
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 
@@ -95,7 +94,7 @@ def split(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hi, (c - hi).astype(c.dtype)
 
 
-def _mod(node: ir.Node, emit: Any) -> ir.Value | None:
+def _mod(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """Mod(x, c), fmod=1, read only by jnp.mod's fix-up -> the floored remainder from Div, Floor, Mul, Sub."""
     attr = node.attributes.get("fmod")
     x, divisor = node.inputs
