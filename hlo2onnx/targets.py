@@ -26,6 +26,8 @@ that produced it (the node metadata the translator writes).
 """
 from __future__ import annotations
 
+import itertools
+
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -389,12 +391,16 @@ def _validate_graph(graph: ir.Graph, target: Target, outer: tuple[str | None, st
                     _validate_graph(sub, target, source, found)
 
 
-def _expand_isnan(tape: Tape, x: ir.Value) -> ir.Value:
+def _expand_isnan(tape: Tape, x: ir.Value, graph: ir.Graph) -> ir.Value:
     return tape.op("Not", [tape.op("Equal", [x, x])])
 
 
-def _expand_isinf(tape: Tape, x: ir.Value) -> ir.Value:
-    inf = tape.op("Constant", [], {"value": ir.tensor(np.asarray(np.inf, x.dtype.numpy()))})
+def _expand_isinf(tape: Tape, x: ir.Value, graph: ir.Graph) -> ir.Value:
+    # An initializer, not a Constant node: core (the target that expands IsInf) has no Constant op.
+    name = next(f"inf_{i}" for i in itertools.count(len(graph.initializers)) if f"inf_{i}" not in graph.initializers)
+    inf = ir.Value(name=name, const_value=ir.tensor(np.asarray(np.inf, x.dtype.numpy())))
+    inf.type, inf.shape = ir.TensorType(x.dtype), ir.Shape([])
+    graph.register_initializer(inf)
     return tape.op("Equal", [tape.op("Abs", [x]), inf])
 
 
@@ -411,12 +417,16 @@ def legalize(model: ir.Model, target: Target) -> int:
             continue
         expand = _EXPANSIONS[node.op_type]
         tape = Tape()
-        result = expand(tape, node.inputs[0])
+        result = expand(tape, node.inputs[0], model.graph)
         result.type, result.shape = node.outputs[0].type, node.outputs[0].shape
         for new in tape.nodes:
             new.metadata_props.update(node.metadata_props)
         model.graph.insert_before(node, tape.nodes)
-        ir.convenience.replace_all_uses_with(node.outputs[0], result)
+        out = node.outputs[0]
+        if out.is_graph_output():  # the expansion takes the output's place and its name (callers see it)
+            name, out.name = out.name, None
+            result.name = name
+        ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
         model.graph.remove(node, safe=True)
         count += 1
     return count

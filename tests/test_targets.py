@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hlo2onnx
-from harness import Case, rand, run_case
+from harness import Case, assert_same, rand, run_case
 from hlo2onnx.command import main
 from hlo2onnx.targets import ORT_CPU
 from hlo2onnx.targets import CORE, ORT_CUDA, TARGETS, TargetError, validate
@@ -73,6 +73,14 @@ def test_core_expands_isnan():
     assert "IsNaN" in {n.op_type for n in model.graph}
     with pytest.raises(TargetError, match="uint8"):  # the guard's flag is reduced in uint8: named, not hidden
         mnjit(fun, target="core").lower(x)
+
+
+@pytest.mark.parametrize("fun", [jnp.isnan, jnp.isinf, lambda x: (jnp.isnan(x), jnp.isnan(x) | (x > 0)),
+                                 lambda x: (jnp.isinf(x), jnp.isinf(x * 2))], ids=["isnan", "isinf", "shared", "two"])
+def test_core_expands_an_output(fun):
+    """An expanded IsNaN/IsInf may be a graph output: the expansion takes its place and its name."""
+    x = np.array([0.0, np.nan, np.inf, -np.inf, -1.5], np.float32)
+    assert_same(mnjit(fun, target="core")(x), jax.jit(fun)(x), (0, 0), "core")
 
 
 def test_core_chooses_no_fusion_outside_it():

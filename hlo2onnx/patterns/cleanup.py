@@ -173,7 +173,7 @@ def _keep_reduced_dims(node: ir.Node) -> ir.Value | None:
     return reduced
 
 
-def simplify(graph: ir.Graph) -> int:
+def drop_no_ops(graph: ir.Graph) -> int:
     """Drops no-op nodes (same shape and dtype in and out); returns how many."""
     count = 0
     for node in list(graph):
@@ -275,7 +275,7 @@ def clean(model: ir.Model) -> None:
             changed = sum(engine.apply_rules(model, rules).values())
         changed += common_passes.CommonSubexpressionEliminationPass()(model).modified
         for graph in all_graphs(model.graph):
-            changed += drop_broadcasts(graph, scalars) + simplify(graph)
+            changed += drop_broadcasts(graph, scalars) + drop_no_ops(graph)
             if graph is not model.graph:
                 changed += eliminate_common_subexpressions(graph)
             changed += remove_unused(graph)
