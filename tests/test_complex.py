@@ -132,7 +132,15 @@ def _per_dtype(dtype) -> list[Case]:
     ]
 
 
-CASES = _per_dtype(C64) + _per_dtype(C128)
+CASES = _per_dtype(C64) + _per_dtype(C128) + [
+    # complex64 operands asking for a complex128 product (JAX's dot_general harness "preferred")
+    Case("matmul_preferred_c128", lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ())),
+                                                                 preferred_element_type=C128),
+         (_x((4, 3), C64), _x((3, 6), C64, 1)), x64=True, tol=ARITH_TOL[C128]),
+    Case("matmul_real_preferred_c128", lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ())),
+                                                                      preferred_element_type=C128),
+         (_x((4, 3), C64), rand((3, 6), np.float32, 1)), x64=True, tol=ARITH_TOL[C128]),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=repr)
