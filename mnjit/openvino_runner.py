@@ -17,7 +17,7 @@ import onnx
 import openvino as ov
 
 from mnjit.openvino_rewrite import empty_convolutions, for_openvino
-from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
+from mnjit.runtime import complex_as_pairs, host_to_jax, mark_weak, pairs_as_complex
 
 _COMPLEX64 = np.dtype(np.complex64)
 # numpy dtypes OpenVINO tensors take directly; bf16 goes through a uint16 view typed as bf16.
@@ -154,7 +154,7 @@ class OpenVinoRunner:
             # The one copy: the request's buffer is overwritten by the next run (jax would alias it if aligned).
             outputs.append(host_to_jax(np.array(data), self._device))
         for i in self._weak:
-            outputs[i] = _mark_weak(outputs[i])
+            outputs[i] = mark_weak(outputs[i])
         return outputs
 
 
@@ -180,8 +180,3 @@ class _Writable:
         interface["data"] = (interface["data"][0], False)
         self.__array_interface__ = interface
 
-
-def _mark_weak(array: jax.Array) -> jax.Array:
-    from jax._src.lax import lax as lax_internal  # no public way to set weak_type
-
-    return lax_internal._convert_element_type(array, weak_type=True)
