@@ -132,7 +132,7 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
     if output == "-" and args.external_data:
         raise Hlo2OnnxError("--external-data needs an output file (-o FILE), not stdout")
     inputs = _read_inputs(args.inputs) if args.inputs else None
-    progress = _ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
+    progress = ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
     conversion = convert(args.input, None, target=args.target, opset=args.opset, name=args.name,
                          dynamic=args.dynamic, progress=progress)
     # Everything that can fail runs before the output is written: a failed run leaves the old file as it was.
@@ -221,7 +221,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:8.1f} ms"
 
 
-class _ProgressLine:
+class ProgressLine:
     """`translating: 1200/8500 ops (14%)`, rewritten in place on stderr."""
 
     def __init__(self, stream: TextIO, forced: bool):

@@ -18,7 +18,7 @@ import pytest
 from jax import export
 
 import hlo2onnx
-from hlo2onnx.command import PROGRESS_MIN_OPS, _ProgressLine, main
+from hlo2onnx.command import PROGRESS_MIN_OPS, ProgressLine, main
 from hlo2onnx.loading import FORMATS as FORMAT_NAMES
 from harness import check_model, rand
 
@@ -194,7 +194,7 @@ def test_progress(tmp_path, capsys):
 
 def test_progress_only_for_big_modules_by_default():
     stream = io.StringIO()
-    line = _ProgressLine(stream, forced=False)
+    line = ProgressLine(stream, forced=False)
     line(10, PROGRESS_MIN_OPS - 1)
     assert stream.getvalue() == ""
     line(10, 8500)
