@@ -71,6 +71,13 @@ A5, B5, B53 = general((5, 5)), rand((5,), seed=1), rand((5, 3), seed=2)
 A_BATCH, B_BATCH = general((2, 3, 4, 4), seed=3), rand((2, 3, 4, 2), seed=4)
 S5, S_BATCH = spd((5, 5)), spd((3, 6, 6), seed=5)
 L5, U5 = triangular((5, 5), True), triangular((5, 5), False, seed=1)
+# Complex: Hermitian positive definite, triangles with a complex diagonal (and garbage in the other one).
+_C = rand((3, 5, 5), np.float64, 20) + 1j * rand((3, 5, 5), np.float64, 21)
+HPD_BATCH = _C @ np.conj(np.swapaxes(_C, -1, -2)) / 5 + np.eye(5)
+HPD5 = HPD_BATCH[0] + 1j * np.diag(rand((5,), np.float64, 22))  # LAPACK ignores the diagonal's imaginary part
+CL5 = triangular((5, 5), True, seed=23).astype(np.float64) + 1j * triangular((5, 5), True, seed=24)
+CU5 = triangular((5, 5), False, seed=25).astype(np.float64) + 1j * triangular((5, 5), False, seed=26)
+CB53 = rand((5, 3), np.float64, 27) + 1j * rand((5, 3), np.float64, 28)
 SINGULAR = np.array([[1, 2, 3], [2, 4, 6], [1, 0, 1]], np.float32)  # an exact zero pivot
 
 CASES = [
@@ -134,6 +141,25 @@ CASES = [
     Case("triangular_solve_bf16_unit_x64", lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True,
                                                                                   unit_diagonal=True),
          (L5.astype(ml_dtypes.bfloat16), B53.astype(ml_dtypes.bfloat16)), tol=(3e-2, 3e-2), x64=True),
+    # complex Cholesky and triangular solves: c/z potrf and trsm (through the real embedding)
+    *[Case(f"complex_{name}_{np.dtype(dtype).name}", fun, [a.astype(dtype) for a in args], tol,
+           x64=dtype == np.complex128)
+      for dtype, tol in ((np.complex64, F32_TOL), (np.complex128, F64_TOL))
+      for name, fun, args in (
+          ("cholesky", jnp.linalg.cholesky, (HPD5,)),
+          ("cholesky_upper_batched", lambda a: jsl.cholesky(a, lower=False), (HPD_BATCH,)),
+          ("cholesky_not_pd", jnp.linalg.cholesky, (HPD5 - 9 * np.eye(5),)),
+          ("cho_solve", cho_solve, (HPD5, CB53)),
+          *[(f"solve_triangular_{'lower' if lower else 'upper'}_t{trans}{'_unit' if unit else ''}",
+             lambda a, b, lower=lower, trans=trans, unit=unit: jsl.solve_triangular(
+                 a, b, lower=lower, trans=trans, unit_diagonal=unit), (CL5 if lower else CU5, CB53))
+            for lower in (True, False) for trans in (0, 1, 2) for unit in (False, True)],
+          *[(f"triangular_solve_right_{'lower' if lower else 'upper'}_conj{int(conj)}",
+             lambda a, b, lower=lower, conj=conj: lax.linalg.triangular_solve(
+                 a, b, left_side=False, lower=lower, transpose_a=True, conjugate_a=conj), (CL5 if lower else CU5,
+                                                                                          CB53.T))
+            for lower in (True, False) for conj in (False, True)],
+      )],
     # QR: geqrf + orgqr
     *[_f32(f"qr_{mode}_{name}", lambda a, mode=mode: jnp.linalg.qr(a, mode=mode), a)
       for mode in ("reduced", "complete", "r")
@@ -211,8 +237,8 @@ def test_unsupported_decomposition_names_the_call(fun, target, users):
 
 
 def test_complex_lapack_is_refused():
-    a = (A5 + 1j * A5).astype(np.complex64)
-    with pytest.raises(UnsupportedOpError, match="lapack_cgetrf_ffi.*complex LAPACK routines are not translated"):
+    a = (A5 + 1j * A5).astype(np.complex64)  # LU (getrf) is not translated for complex matrices
+    with pytest.raises(UnsupportedOpError, match="lapack_cgetrf_ffi.*complex LAPACK routine is not translated"):
         mnjit(jnp.linalg.inv)(a)
 
 

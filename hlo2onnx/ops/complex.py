@@ -263,7 +263,7 @@ def _mul(b, dtype, x: Z, y: Z) -> Z:
              t("Add", t("Mul", x.re, y.im), t("Mul", x.im, y.re)))
 
 
-def _div(b, dtype, x: Z, y: Z) -> Z:
+def divide(b, dtype, x: Z, y: Z) -> Z:
     """Smith's algorithm, and XLA's rule for a zero divisor: copysign(inf, y.re) * x."""
     t = partial(b.typed, dtype=dtype)
     # |y.re| >= |y.im|: r = im/re; d = re + im*r; ((x.re + x.im*r)/d, (x.im - x.re*r)/d), else swapped roles.
@@ -323,7 +323,7 @@ def _sqrt(b, dtype, z: Z) -> Z:
 
 def _reciprocal(b, dtype, z: Z) -> Z:
     one = Z(b.const(1, dtype), b.const(0, dtype))
-    return _div(b, dtype, one, z)
+    return divide(b, dtype, one, z)
 
 
 def _rsqrt(b, dtype, z: Z) -> Z:
@@ -429,7 +429,7 @@ def _tanh(b, dtype, z: Z) -> Z:
     return Z(t("Where", big, t("Sign", z.re), re, cast=(1, 2)), t("Where", big, b.const(0, dtype), im, cast=(1, 2)))
 
 
-for _hlo, _fn in {"multiply": _mul, "divide": _div, "power": _pow}.items():
+for _hlo, _fn in {"multiply": _mul, "divide": divide, "power": _pow}.items():
     register_complex(f"stablehlo.{_hlo}")(partial(_binary, _fn))
 for _hlo, _fn in {"abs": _abs, "exponential": _exp, "log": _log, "sqrt": _sqrt, "rsqrt": _rsqrt, "sign": _sign,
                   "sine": _sin, "cosine": _cos, "tan": _tan, "tanh": _tanh, "exponential_minus_one": _expm1,

@@ -11,8 +11,9 @@ conventions, since JAX reads their packed outputs: 1-based pivot rows,
 Householder vectors with an implicit unit head and tau = (beta - alpha) / beta,
 `info` > 0 naming the first failed step (JAX turns those results into NaN).
 
-Only the real routines (s/d) are translated; LAPACK's layouts (column-major)
-are a memory matter and leave the logical tensors as they are.
+The real routines (s/d) are here; linalg_complex.py runs complex potrf and
+trsm through them. LAPACK's layouts (column-major) are a memory matter and
+leave the logical tensors as they are.
 """
 from __future__ import annotations
 
@@ -27,13 +28,8 @@ from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, first_failure, fla
                                       reversed_axes, set_column, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
-from hlo2onnx.types import TensorType
-
-_INT64_MIN = np.iinfo(np.int64).min
 from hlo2onnx.translator import RuleContext
-_I64 = TensorType((), np.dtype(np.int64))
-_BOOL = TensorType((), np.dtype(np.bool_))
-_TRANSPOSED = [0, 2, 1]
+from hlo2onnx.types import TensorType
 
 
 def _lapack(*routines: str):
@@ -41,7 +37,7 @@ def _lapack(*routines: str):
 
 
 # -- triangular solve ------------------------------------------------------------------------------------
-def _triangular_solve(ctx: RuleContext, a: ir.Value, rhs: ir.Value, *, left: bool, lower: bool, transpose: bool,
+def solve_triangular(ctx: RuleContext, a: ir.Value, rhs: ir.Value, *, left: bool, lower: bool, transpose: bool,
                       unit: bool) -> ir.Value:
     """op(A) X = B (left) or X op(A) = B, reading only A's `lower` (or upper) triangle."""
     b, out = ctx.b, ctx.out_type
@@ -87,7 +83,7 @@ def _forward_substitution(b: Builder, a: ir.Value, rhs: ir.Value, batch: int, n:
 
 @_lapack("trsm")
 def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: int):
-    return _triangular_solve(ctx, a, rhs, left=side == ord("L"), lower=uplo == ord("L"),
+    return solve_triangular(ctx, a, rhs, left=side == ord("L"), lower=uplo == ord("L"),
                              transpose=trans_x != ord("N"), unit=diag == ord("U"))
 
 
@@ -95,7 +91,7 @@ def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: 
 def triangular_solve(ctx: RuleContext, a, rhs, *, left_side: bool, lower: bool, unit_diagonal: bool, transpose_a):
     # ADJOINT is TRANSPOSE for the real matrices supported here.
     transpose = stablehlo.TransposeAttr(transpose_a).value != "NO_TRANSPOSE"
-    return _triangular_solve(ctx, a, rhs, left=left_side, lower=lower, transpose=transpose, unit=unit_diagonal)
+    return solve_triangular(ctx, a, rhs, left=left_side, lower=lower, transpose=transpose, unit=unit_diagonal)
 
 
 # -- LU --------------------------------------------------------------------------------------------------
@@ -146,7 +142,7 @@ def _transposed2d(b: Builder, x: ir.Value) -> ir.Value:
 
 
 # -- Cholesky --------------------------------------------------------------------------------------------
-def _cholesky(ctx: RuleContext, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.Value]:
+def cholesky_factor(ctx: RuleContext, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.Value]:
     """Left-looking Cholesky of the `lower` (or upper) triangle; the other triangle is left as it was.
 
     Returns the (B, n, n) factor and the (B, n) values whose square roots became the diagonal (LAPACK fails
@@ -181,7 +177,7 @@ def _cholesky(ctx: RuleContext, a: ir.Value, lower: bool) -> tuple[ir.Value, ir.
 
 @_lapack("potrf")
 def potrf(ctx: RuleContext, a, *, uplo: int):
-    factor, squares = _cholesky(ctx, a, lower=uplo == ord("L"))
+    factor, squares = cholesky_factor(ctx, a, lower=uplo == ord("L"))
     zero = ctx.b.const(np.zeros((), compute_dtype(ctx.in_types[0].dtype)))
     failed = ctx.b.op("Not", ctx.b.op("Greater", squares, zero))
     return unflat(ctx.b, factor, ctx.out_types[0]), first_failure(ctx.b, failed, ctx.out_types[1])
@@ -190,7 +186,7 @@ def potrf(ctx: RuleContext, a, *, uplo: int):
 @register("stablehlo.cholesky")
 def cholesky(ctx: RuleContext, a, *, lower: bool = False):
     # The other triangle and the result for a matrix that is not positive definite are implementation-defined.
-    return unflat(ctx.b, _cholesky(ctx, a, lower)[0], ctx.out_type)
+    return unflat(ctx.b, cholesky_factor(ctx, a, lower)[0], ctx.out_type)
 
 
 # -- QR --------------------------------------------------------------------------------------------------
