@@ -71,14 +71,16 @@ A5, B5, B53 = general((5, 5)), rand((5,), seed=1), rand((5, 3), seed=2)
 A_BATCH, B_BATCH = general((2, 3, 4, 4), seed=3), rand((2, 3, 4, 2), seed=4)
 S5, S_BATCH = spd((5, 5)), spd((3, 6, 6), seed=5)
 L5, U5 = triangular((5, 5), True), triangular((5, 5), False, seed=1)
-# Complex: Hermitian positive definite, triangles with a complex diagonal (and garbage in the other one).
+SINGULAR = np.array([[1, 2, 3], [2, 4, 6], [1, 0, 1]], np.float32)  # an exact zero pivot
+# Complex: general, Hermitian positive definite, triangles with a complex diagonal (and garbage in the other one).
 _C = rand((3, 5, 5), np.float64, 20) + 1j * rand((3, 5, 5), np.float64, 21)
 HPD_BATCH = _C @ np.conj(np.swapaxes(_C, -1, -2)) / 5 + np.eye(5)
 HPD5 = HPD_BATCH[0] + 1j * np.diag(rand((5,), np.float64, 22))  # LAPACK ignores the diagonal's imaginary part
 CL5 = triangular((5, 5), True, seed=23).astype(np.float64) + 1j * triangular((5, 5), True, seed=24)
 CU5 = triangular((5, 5), False, seed=25).astype(np.float64) + 1j * triangular((5, 5), False, seed=26)
 CB53 = rand((5, 3), np.float64, 27) + 1j * rand((5, 3), np.float64, 28)
-SINGULAR = np.array([[1, 2, 3], [2, 4, 6], [1, 0, 1]], np.float32)  # an exact zero pivot
+CA5, CA_BATCH = general((5, 5), 29, np.float64) + 1j * general((5, 5), 30, np.float64), _C + 2 * np.eye(5)
+CSINGULAR = SINGULAR * np.array([1, 1j, 1 - 1j])  # an exact zero pivot
 
 CASES = [
     # solve / inv / det: getrf + trsm
@@ -146,6 +148,13 @@ CASES = [
            x64=dtype == np.complex128)
       for dtype, tol in ((np.complex64, F32_TOL), (np.complex128, F64_TOL))
       for name, fun, args in (
+          ("lu", jsl.lu, (CA5,)),
+          ("lu_factor_batched", jsl.lu_factor, (CA_BATCH,)),
+          ("lu_wide", jsl.lu, (CA5[:3],)),
+          ("lu_tall", jsl.lu, (CA5[:, :3],)),
+          ("lu_singular", jsl.lu_factor, (CSINGULAR,)),
+          ("solve", jnp.linalg.solve, (CA5, CB53)),
+          ("inv_det", lambda a: (jnp.linalg.inv(a), jnp.linalg.det(a)), (CA_BATCH,)),
           ("cholesky", jnp.linalg.cholesky, (HPD5,)),
           ("cholesky_upper_batched", lambda a: jsl.cholesky(a, lower=False), (HPD_BATCH,)),
           ("cholesky_not_pd", jnp.linalg.cholesky, (HPD5 - 9 * np.eye(5),)),
@@ -237,9 +246,9 @@ def test_unsupported_decomposition_names_the_call(fun, target, users):
 
 
 def test_complex_lapack_is_refused():
-    a = (A5 + 1j * A5).astype(np.complex64)  # LU (getrf) is not translated for complex matrices
-    with pytest.raises(UnsupportedOpError, match="lapack_cgetrf_ffi.*complex LAPACK routine is not translated"):
-        mnjit(jnp.linalg.inv)(a)
+    a = (A5 + 1j * A5).astype(np.complex64)  # QR (geqrf) is not translated for complex matrices
+    with pytest.raises(UnsupportedOpError, match="lapack_cgeqrf_ffi.*complex LAPACK routine is not translated"):
+        mnjit(jnp.linalg.qr)(a)
 
 
 def test_unknown_custom_call_has_a_hint():

@@ -153,12 +153,12 @@ def _reduce_product(ctx: RuleContext, x, init, *, dimensions):
     x = shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, len(shape)]), [n, *out])
     while n > 1:
         half, odd = n // 2, n % 2
-        product = join(b, _mul(b, dtype, split(b, _rows(b, x, 0, half)), split(b, _rows(b, x, half, 2 * half))))
+        product = join(b, multiply(b, dtype, split(b, _rows(b, x, 0, half)), split(b, _rows(b, x, half, 2 * half))))
         x = b.op("Concat", product, _rows(b, x, 2 * half, n), axis=0) if odd else product
         n = half + odd
     result = shape_ops.reshape_to(b, x, out)
     one = init.const_value is not None and init.const_value.numpy().tolist() == [1, 0]
-    return result if one else join(b, _mul(b, dtype, split(b, result), split(b, init)))
+    return result if one else join(b, multiply(b, dtype, split(b, result), split(b, init)))
 
 
 def _rows(b, x: ir.Value, lo: int, hi: int) -> ir.Value:
@@ -257,7 +257,7 @@ def _unary(fn: Callable, ctx: RuleContext, x):
     return shape_ops.reshape_to(b, result, ctx.out_type.shape)  # a real result: drop the unit axis
 
 
-def _mul(b, dtype, x: Z, y: Z) -> Z:
+def multiply(b, dtype, x: Z, y: Z) -> Z:
     t = partial(b.typed, dtype=dtype)
     return Z(t("Sub", t("Mul", x.re, y.re), t("Mul", x.im, y.im)),
              t("Add", t("Mul", x.re, y.im), t("Mul", x.im, y.re)))
@@ -429,7 +429,7 @@ def _tanh(b, dtype, z: Z) -> Z:
     return Z(t("Where", big, t("Sign", z.re), re, cast=(1, 2)), t("Where", big, b.const(0, dtype), im, cast=(1, 2)))
 
 
-for _hlo, _fn in {"multiply": _mul, "divide": divide, "power": _pow}.items():
+for _hlo, _fn in {"multiply": multiply, "divide": divide, "power": _pow}.items():
     register_complex(f"stablehlo.{_hlo}")(partial(_binary, _fn))
 for _hlo, _fn in {"abs": _abs, "exponential": _exp, "log": _log, "sqrt": _sqrt, "rsqrt": _rsqrt, "sign": _sign,
                   "sine": _sin, "cosine": _cos, "tan": _tan, "tanh": _tanh, "exponential_minus_one": _expm1,

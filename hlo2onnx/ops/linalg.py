@@ -24,6 +24,8 @@ import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
+from hlo2onnx.ops import complex as complex_ops
+from hlo2onnx.ops.complex import Z
 from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, first_failure, flat, iota, loop, loop_step,
                                       reversed_axes, set_column, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
@@ -95,46 +97,68 @@ def triangular_solve(ctx: RuleContext, a, rhs, *, left_side: bool, lower: bool, 
 
 
 # -- LU --------------------------------------------------------------------------------------------------
+Planes = list  # a real matrix as [x], a complex one as [real, imag], each (B, m, n)
+
+
+def _times(b: Builder, x: Planes, y: Planes, dtype: np.dtype) -> Planes:
+    return [b.op("Mul", x[0], y[0])] if len(x) == 1 else list(complex_ops.multiply(b, dtype, Z(*x), Z(*y)))
+
+
 @_lapack("getrf")
 def getrf(ctx: RuleContext, a):
-    """LU with partial pivoting (the first largest |entry| pivots), right-looking; pivots are 1-based rows."""
     b, (t_lu, t_pivots, t_info) = ctx.b, ctx.out_types
     dtype = compute_dtype(t_lu.dtype)
-    *_, m, n = t_lu.shape
-    batch, steps = prod(t_lu.shape[:-2]), min(m, n)
+    lu, pivots = lu_factor(b, [flat(b, a, ctx.in_types[0], 2, dtype)], t_lu.shape, dtype)
+    zero = b.const(np.zeros((), dtype))
+    info = first_failure(b, b.op("Equal", diagonal(b, lu[0], *t_lu.shape[-2:], dtype), zero), t_info)
+    return unflat(b, lu[0], t_lu), reshape_to(b, pivots, list(t_pivots.shape)), info
+
+
+def lu_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Planes, ir.Value]:
+    """LU with partial pivoting, right-looking, of (B, m, n) planes: the first largest |entry| pivots (for a
+    complex one |re| + |im|, LAPACK's izamax). Returns the packed factors and the (B, steps) 1-based pivot rows."""
+    *_, m, n = shape
+    batch, steps = prod(shape[:-2]), min(m, n)
     row, col = iota(b, m, (m, 1)), iota(b, n, (1, n))
     zero, one, minus_one = (b.const(np.asarray(v, dtype)) for v in (0, 1, -1))
-    full = TensorType((batch, m, n), dtype)
 
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
-        lu, = carried
         k1 = loop_step(sb, k)
-        column = sb.op("Abs", sb.op("Gather", lu, k1, axis=2))
-        pivot_row = sb.op("ArgMax", sb.op("Where", sb.op("Less", row, k), minus_one, column), axis=1, keepdims=1)
+        columns = [sb.op("Abs", sb.op("Gather", x, k1, axis=2)) for x in carried]
+        size = columns[0] if len(columns) == 1 else sb.op("Add", *columns)
+        pivot_row = sb.op("ArgMax", sb.op("Where", sb.op("Less", row, k), minus_one, size), axis=1, keepdims=1)
         # Swap rows k and p: a scatter of two rows (a full-size Where costs several times more).
-        row_k = sb.op("Gather", lu, k1, axis=1)
-        row_p = sb.op("GatherElements", lu, sb.op("Expand", pivot_row, sb.shape_const([batch, 1, n])), axis=1)
         rows_kp = sb.op("Concat", sb.op("Expand", k1, sb.shape_const([batch, 1, n])),
                         sb.op("Expand", pivot_row, sb.shape_const([batch, 1, n])), axis=1)
-        lu = sb.op("ScatterElements", lu, rows_kp, sb.op("Concat", row_p, row_k, axis=1), axis=1)
-        pivot = sb.op("Gather", row_p, k1, axis=2)
+        lu, rows_p = [], []
+        for x in carried:
+            row_k = sb.op("Gather", x, k1, axis=1)
+            row_p = sb.op("GatherElements", x, sb.op("Expand", pivot_row, sb.shape_const([batch, 1, n])), axis=1)
+            lu.append(sb.op("ScatterElements", x, rows_kp, sb.op("Concat", row_p, row_k, axis=1), axis=1))
+            rows_p.append(row_p)
+        pivot = [sb.op("Gather", row_p, k1, axis=2) for row_p in rows_p]
         # LAPACK scales by the reciprocal; a zero pivot (its column is zero below) scales nothing.
-        scale = sb.op("Reciprocal", sb.op("Where", sb.op("Equal", pivot, zero), one, pivot))
+        is_zero = sb.op("Equal", pivot[0], zero)
+        if len(pivot) == 1:
+            scale = [sb.op("Reciprocal", sb.op("Where", is_zero, one, pivot[0]))]
+        else:
+            is_zero = sb.op("And", is_zero, sb.op("Equal", pivot[1], zero))
+            safe = Z(sb.op("Where", is_zero, one, pivot[0]), pivot[1])
+            scale = list(complex_ops.divide(sb, dtype, Z(one, zero), safe))
         below = sb.op("Greater", row, k)
-        column = sb.op("Gather", lu, k1, axis=2)
-        multipliers = sb.op("Where", below, sb.op("Mul", column, scale), zero)
+        columns = [sb.op("Gather", x, k1, axis=2) for x in lu]
+        multipliers = [sb.op("Where", below, v, zero) for v in _times(sb, columns, scale, dtype)]
         # The rank-1 update, with zeros outside rows > k and columns > k: subtracting 0 leaves entries as they are.
-        u = sb.op("Where", sb.op("Greater", col, k), row_p, zero)
-        lu = sb.op("Sub", lu, sb.op("Mul", multipliers, u))
-        column = sb.op("Where", below, multipliers, column)
-        lu = set_column(sb, lu, k1, column, batch, m)
-        return [lu], [reshape_to(sb, pivot_row, [batch])]
+        u = [sb.op("Where", sb.op("Greater", col, k), row_p, zero) for row_p in rows_p]
+        lu = [sb.op("Sub", x, update) for x, update in zip(lu, _times(sb, multipliers, u, dtype))]
+        lu = [set_column(sb, x, k1, sb.op("Where", below, mult, column), batch, m)
+              for x, mult, column in zip(lu, multipliers, columns)]
+        return lu, [reshape_to(sb, pivot_row, [batch])]
 
-    lu, pivots = loop(b, "getrf", steps, [flat(b, a, ctx.in_types[0], 2, dtype)], [full], body,
+    full = TensorType((batch, m, n), dtype)
+    *lu, pivots = loop(b, "getrf", steps, planes, [full] * len(planes), body,
                        [TensorType((batch,), np.dtype(np.int64))])
-    pivots = b.cast(b.op("Add", _transposed2d(b, pivots), b.const(np.int64(1))), np.int32)
-    info = first_failure(b, b.op("Equal", diagonal(b, lu, m, n, dtype), zero), t_info)
-    return unflat(b, lu, t_lu), reshape_to(b, pivots, list(t_pivots.shape)), info
+    return lu, b.cast(b.op("Add", _transposed2d(b, pivots), b.const(np.int64(1))), np.int32)
 
 
 def _transposed2d(b: Builder, x: ir.Value) -> ir.Value:

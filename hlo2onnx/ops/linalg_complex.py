@@ -1,6 +1,7 @@
-"""Complex Cholesky (c/z potrf) and triangular solves (c/z trsm) through the real routines of linalg.py.
+"""Complex LU (c/z getrf), Cholesky (potrf) and triangular solves (trsm) through the routines of linalg.py.
 
-A complex n x n matrix A = X + iY acts on interleaved (re, im) coordinates as the real 2n x 2n matrix whose
+LU runs linalg.lu_factor on (real, imag) planes. The other two run the real routines unchanged: a complex
+n x n matrix A = X + iY acts on interleaved (re, im) coordinates as the real 2n x 2n matrix whose
 (i, j) block is [[x, -y], [y, x]]. That embedding keeps products and (conjugate) transposes, so:
 - the real Cholesky factor of the embedding of a Hermitian positive definite A is the embedding of A's
   complex factor (both are triangular with a positive diagonal, and the real factor is unique);
@@ -20,8 +21,8 @@ import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex import Z, divide
-from hlo2onnx.ops.linalg import cholesky_factor, solve_triangular
-from hlo2onnx.ops.linalg_kit import compute_dtype, first_failure, iota
+from hlo2onnx.ops.linalg import cholesky_factor, lu_factor, solve_triangular
+from hlo2onnx.ops.linalg_kit import compute_dtype, diagonal, first_failure, iota
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
@@ -84,6 +85,17 @@ def potrf(ctx: RuleContext, a, *, uplo: int):
     failed = b.op("ReduceMax", b.cast(reshape_to(b, failed, [batch, n, 2]), np.int32), b.shape_const([2]),
                   keepdims=0)  # complex step k failed if either of its two real steps did
     return result, first_failure(b, failed, ctx.out_types[1])
+
+
+@register_custom_call("lapack_cgetrf_ffi", "lapack_zgetrf_ffi")
+def getrf(ctx: RuleContext, a):
+    b, (t_lu, t_pivots, t_info) = ctx.b, ctx.out_types
+    dtype = compute_dtype(real_dtype(t_lu.dtype))
+    lu, pivots = lu_factor(b, list(_planes(b, a, ctx.in_types[0], dtype)), t_lu.shape, dtype)
+    zero = b.const(np.zeros((), dtype))
+    failed = b.op("And", *(b.op("Equal", diagonal(b, x, *t_lu.shape[-2:], dtype), zero) for x in lu))
+    return (_pairs(b, Z(*lu), t_lu), reshape_to(b, pivots, list(t_pivots.shape)),
+            first_failure(b, failed, t_info))
 
 
 @register_custom_call("lapack_ctrsm_ffi", "lapack_ztrsm_ffi")
