@@ -155,6 +155,11 @@ CASES = [
           ("lu_singular", jsl.lu_factor, (CSINGULAR,)),
           ("solve", jnp.linalg.solve, (CA5, CB53)),
           ("inv_det", lambda a: (jnp.linalg.inv(a), jnp.linalg.det(a)), (CA_BATCH,)),
+          *[(f"qr_{mode}_{shape}", lambda a, mode=mode: jnp.linalg.qr(a, mode=mode), (a,))
+            for mode in ("reduced", "complete", "r")
+            for shape, a in {"square": CA5, "tall": CA5[:, :3], "wide": CA5[:3], "batched": CA_BATCH}.items()],
+          ("qr_zero_tail", jnp.linalg.qr, (np.eye(4, 3) * 1j,)),  # nothing to annihilate: tau = 0
+          ("householder_product", lax.linalg.householder_product, (CB53, CB53[:2, 0])),
           ("cholesky", jnp.linalg.cholesky, (HPD5,)),
           ("cholesky_upper_batched", lambda a: jsl.cholesky(a, lower=False), (HPD_BATCH,)),
           ("cholesky_not_pd", jnp.linalg.cholesky, (HPD5 - 9 * np.eye(5),)),
@@ -246,9 +251,9 @@ def test_unsupported_decomposition_names_the_call(fun, target, users):
 
 
 def test_complex_lapack_is_refused():
-    a = (A5 + 1j * A5).astype(np.complex64)  # QR (geqrf) is not translated for complex matrices
-    with pytest.raises(UnsupportedOpError, match="lapack_cgeqrf_ffi.*complex LAPACK routine is not translated"):
-        mnjit(jnp.linalg.qr)(a)
+    a = (A5 + 1j * A5).astype(np.complex64)  # nonsymmetric eig (geev) is not translated
+    with pytest.raises(UnsupportedOpError, match="lapack_cgeev_ffi.*complex LAPACK routine is not translated"):
+        mnjit(jnp.linalg.eigvals)(a)
 
 
 def test_unknown_custom_call_has_a_hint():

@@ -33,7 +33,7 @@ def hint(target: str) -> str:
         return f"{_OUTSIDE}, or write it with jax.numpy ops"
     kind, routine, _ = match.groups()
     if kind in "cz":
-        return f"this complex LAPACK routine is not translated (complex getrf, potrf, trsm, heevd and gesdd are); {_OUTSIDE}"
+        return f"this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd and gesdd are); {_OUTSIDE}"
     users = _LAPACK_USERS.get(routine)
     return f"it implements {users}; {_OUTSIDE}" if users else _OUTSIDE
 

@@ -214,69 +214,110 @@ def cholesky(ctx: RuleContext, a, *, lower: bool = False):
 
 
 # -- QR --------------------------------------------------------------------------------------------------
+def _conj_rows(b: Builder, v: Planes) -> Planes:
+    """v^H for (B, m, 1) column planes: (B, 1, m)."""
+    rows = [transposed(b, x) for x in v]
+    return rows if len(rows) == 1 else [rows[0], b.op("Neg", rows[1])]
+
+
+def _matmul(b: Builder, x: Planes, y: Planes) -> Planes:
+    if len(x) == 1:
+        return [b.op("MatMul", x[0], y[0])]
+    (xr, xi), (yr, yi) = x, y
+    return [b.op("Sub", b.op("MatMul", xr, yr), b.op("MatMul", xi, yi)),
+            b.op("Add", b.op("MatMul", xr, yi), b.op("MatMul", xi, yr))]
+
+
 @_lapack("geqrf")
 def geqrf(ctx: RuleContext, a):
-    """Householder QR (LAPACK's geqr2): R above the diagonal, the reflectors' tails below, and their taus."""
     b, (t_qr, t_taus) = ctx.b, ctx.out_types
     dtype = compute_dtype(t_qr.dtype)
-    *_, m, n = t_qr.shape
-    batch = prod(t_qr.shape[:-2])
+    (qr,), (taus,) = qr_factor(b, [flat(b, a, ctx.in_types[0], 2, dtype)], t_qr.shape, dtype)
+    return unflat(b, qr, t_qr), unflat(b, taus, t_taus)
+
+
+def qr_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Planes, Planes]:
+    """Householder QR (LAPACK's geqr2, zgeqr2 for complex planes) of (B, m, n) planes: R above the diagonal,
+    the reflectors' tails below, and the (B, min(m, n)) taus."""
+    *_, m, n = shape
+    batch = prod(shape[:-2])
     row, col = iota(b, m, (m, 1)), iota(b, n, (1, n))
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    units = [one, zero][:len(planes)]  # 1 as planes
 
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
-        qr, = carried
         k1 = loop_step(sb, k)
-        column = sb.op("Gather", qr, k1, axis=2)
-        alpha = sb.op("Gather", column, k1, axis=1)
+        columns = [sb.op("Gather", x, k1, axis=2) for x in carried]
+        alpha = [sb.op("Gather", c, k1, axis=1) for c in columns]
         below, at = sb.op("Greater", row, k), sb.op("Equal", row, k)
-        tail = sb.op("Where", below, column, zero)
-        tail_norm2 = sb.op("ReduceSumSquare", tail, sb.shape_const([1]), keepdims=1)
-        norm = sb.op("Sqrt", sb.op("Add", sb.op("Mul", alpha, alpha), tail_norm2))
-        beta = sb.op("Where", sb.op("Less", alpha, zero), norm, sb.op("Neg", norm))  # -sign(alpha) * norm
+        tails = [sb.op("Where", below, c, zero) for c in columns]
+        tail_norm2 = _sum(sb, [sb.op("ReduceSumSquare", t, sb.shape_const([1]), keepdims=1) for t in tails])
+        norm = sb.op("Sqrt", sb.op("Add", _sum(sb, [sb.op("Mul", x, x) for x in alpha]), tail_norm2))
+        beta = sb.op("Where", sb.op("Less", alpha[0], zero), norm, sb.op("Neg", norm))  # -sign(re alpha) * norm
         identity = sb.op("Equal", tail_norm2, zero)  # nothing to annihilate: tau = 0, H = I
-        tau = sb.op("Where", identity, zero, sb.op("Div", sb.op("Sub", beta, alpha), beta))
-        scale = sb.op("Reciprocal", sb.op("Where", identity, one, sb.op("Sub", alpha, beta)))
-        v = sb.op("Where", at, one, sb.op("Mul", tail, scale))
-        # H = I - tau v v^T on the columns right of k (LAPACK's larf: w = C^T v, C += v (-tau w)); v is zero above
-        # row k and the update zero in columns up to k, so adding it leaves those entries as they are.
-        w = sb.op("Where", sb.op("Greater", col, k), sb.op("MatMul", transposed(sb, v), qr), zero)
-        qr = sb.op("Add", qr, sb.op("Mul", v, sb.op("Mul", sb.op("Neg", tau), w)))
-        new_column = sb.op("Where", at, sb.op("Where", identity, alpha, beta), sb.op("Where", below, v, column))
-        qr = set_column(sb, qr, k1, new_column, batch, m)
-        return [qr], [reshape_to(sb, tau, [batch])]
+        if len(alpha) == 2:
+            identity = sb.op("And", identity, sb.op("Equal", alpha[1], zero))
+        # tau = (beta - alpha) / beta conjugated, v = tail / (alpha - beta) with a unit head (LAPACK's larfg).
+        tau = [sb.op("Div", sb.op("Sub", beta, alpha[0]), beta), *[sb.op("Div", sb.op("Neg", x), beta)
+                                                                   for x in alpha[1:]]]
+        tau = [sb.op("Where", identity, zero, t) for t in tau]
+        denominator = [sb.op("Where", identity, one, sb.op("Sub", alpha[0], beta)),
+                       *[sb.op("Where", identity, zero, x) for x in alpha[1:]]]
+        scale = ([sb.op("Reciprocal", denominator[0])] if len(alpha) == 1 else
+                 list(complex_ops.divide(sb, dtype, Z(one, zero), Z(*denominator))))
+        v = [sb.op("Where", at, unit, x) for unit, x in zip(units, _times(sb, tails, scale, dtype))]
+        # H^H = I - conj(tau) v v^H on the columns right of k (LAPACK's larf: w = v^H C, C -= conj(tau) v w); v is
+        # zero above row k and the update zero in columns up to k, so adding it leaves those entries as they are.
+        w = [sb.op("Where", sb.op("Greater", col, k), x, zero) for x in _matmul(sb, _conj_rows(sb, v), carried)]
+        minus_conj_tau = [sb.op("Neg", tau[0]), *tau[1:]]
+        qr = [sb.op("Add", x, u) for x, u in zip(carried, _times(sb, v, _times(sb, minus_conj_tau, w, dtype), dtype))]
+        heads = [sb.op("Where", identity, alpha[0], beta), *[sb.op("Where", identity, x, zero) for x in alpha[1:]]]
+        qr = [set_column(sb, x, k1, sb.op("Where", at, head, sb.op("Where", below, vp, c)), batch, m)
+              for x, head, vp, c in zip(qr, heads, v, columns)]
+        return qr, [reshape_to(sb, t, [batch]) for t in tau]
 
-    qr, taus = loop(b, "geqrf", min(m, n), [flat(b, a, ctx.in_types[0], 2, dtype)],
-                     [TensorType((batch, m, n), dtype)], body, [TensorType((batch,), dtype)])
-    return unflat(b, qr, t_qr), unflat(b, _transposed2d(b, taus), t_taus)
+    full, row_type = TensorType((batch, m, n), dtype), TensorType((batch,), dtype)
+    results = loop(b, "geqrf", min(m, n), planes, [full] * len(planes), body, [row_type] * len(planes))
+    return results[:len(planes)], [_transposed2d(b, t) for t in results[len(planes):]]
+
+
+def _sum(b: Builder, values: list[ir.Value]) -> ir.Value:
+    return values[0] if len(values) == 1 else b.op("Add", *values)
 
 
 @_lapack("orgqr")
 def orgqr(ctx: RuleContext, a, taus):
-    """Q = H_0 ... H_{k-1} applied to the first columns of the identity, last reflector first (LAPACK's org2r)."""
     b, out = ctx.b, ctx.out_type
     dtype = compute_dtype(out.dtype)
-    *_, m, n = out.shape
-    batch, k = prod(out.shape[:-2]), ctx.in_types[1].shape[-1]
-    reflectors = flat(b, a, ctx.in_types[0], 2, dtype)
-    taus = reshape_to(b, b.cast(taus, dtype), [batch, k, 1])
+    k = ctx.in_types[1].shape[-1]
+    taus = reshape_to(b, b.cast(taus, dtype), [prod(out.shape[:-2]), k, 1])
+    return unflat(b, householder_q(b, [flat(b, a, ctx.in_types[0], 2, dtype)], [taus], out.shape, k, dtype)[0], out)
+
+
+def householder_q(b: Builder, reflectors: Planes, taus: Planes, shape: tuple[int, ...], k: int,
+                  dtype: np.dtype) -> Planes:
+    """Q = H_0 ... H_{k-1} applied to the first columns of the identity, last reflector first (LAPACK's org2r,
+    ung2r): `reflectors` (B, m, k') planes, `taus` (B, k, 1) planes, Q of `shape` (batch..., m, n)."""
+    *_, m, n = shape
+    batch = prod(shape[:-2])
     row = iota(b, m, (m, 1))
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    heads = [one, zero][:len(reflectors)]
 
     def body(sb: Builder, step: ir.Value, carried: list[ir.Value]):
-        q, = carried
         i = sb.op("Sub", sb.const(np.int64(k - 1)), step)
         i1 = loop_step(sb, i)
-        v = sb.op("Where", sb.op("Greater", row, i), sb.op("Gather", reflectors, i1, axis=2),
-                  sb.op("Where", sb.op("Equal", row, i), one, zero))
+        at = sb.op("Equal", row, i)
+        v = [sb.op("Where", sb.op("Greater", row, i), sb.op("Gather", x, i1, axis=2),
+                   sb.op("Where", at, head, zero)) for x, head in zip(reflectors, heads)]
         # Columns left of i are zero from row i down: the update leaves them exactly as they are.
-        w = sb.op("MatMul", transposed(sb, v), q)
-        minus_tau = sb.op("Neg", sb.op("Gather", taus, i1, axis=1))
-        return [sb.op("Add", q, sb.op("Mul", v, sb.op("Mul", minus_tau, w)))], []
+        w = _matmul(sb, _conj_rows(sb, v), carried)
+        minus_tau = [sb.op("Neg", sb.op("Gather", t, i1, axis=1)) for t in taus]
+        return [sb.op("Add", q, u) for q, u in zip(carried, _times(sb, v, _times(sb, minus_tau, w, dtype), dtype))], []
 
     eye = b.op("Expand", b.const(np.eye(m, n, dtype=dtype)), b.shape_const([batch, m, n]))
-    q, = loop(b, "orgqr", k, [eye], [TensorType((batch, m, n), dtype)], body)
-    return unflat(b, q, out)
+    planes = [eye, b.op("Expand", zero, b.shape_const([batch, m, n]))][:len(reflectors)]
+    return loop(b, "orgqr", k, planes, [TensorType((batch, m, n), dtype)] * len(planes), body)
 
 
 # -- tridiagonal solve -----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Complex LU (c/z getrf), Cholesky (potrf) and triangular solves (trsm) through the routines of linalg.py.
+"""Complex LU (c/z getrf), QR (geqrf, ungqr), Cholesky (potrf) and triangular solves (trsm) through the
+routines of linalg.py.
 
-LU runs linalg.lu_factor on (real, imag) planes. The other two run the real routines unchanged: a complex
+LU and QR run linalg's loops on (real, imag) planes. The other two run the real routines unchanged: a complex
 n x n matrix A = X + iY acts on interleaved (re, im) coordinates as the real 2n x 2n matrix whose
 (i, j) block is [[x, -y], [y, x]]. That embedding keeps products and (conjugate) transposes, so:
 - the real Cholesky factor of the embedding of a Hermitian positive definite A is the embedding of A's
@@ -21,7 +22,7 @@ import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex import Z, divide
-from hlo2onnx.ops.linalg import cholesky_factor, lu_factor, solve_triangular
+from hlo2onnx.ops.linalg import cholesky_factor, householder_q, lu_factor, qr_factor, solve_triangular
 from hlo2onnx.ops.linalg_kit import compute_dtype, diagonal, first_failure, iota
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
@@ -96,6 +97,25 @@ def getrf(ctx: RuleContext, a):
     failed = b.op("And", *(b.op("Equal", diagonal(b, x, *t_lu.shape[-2:], dtype), zero) for x in lu))
     return (_pairs(b, Z(*lu), t_lu), reshape_to(b, pivots, list(t_pivots.shape)),
             first_failure(b, failed, t_info))
+
+
+@register_custom_call("lapack_cgeqrf_ffi", "lapack_zgeqrf_ffi")
+def geqrf(ctx: RuleContext, a):
+    b, (t_qr, t_taus) = ctx.b, ctx.out_types
+    dtype = compute_dtype(real_dtype(t_qr.dtype))
+    qr, taus = qr_factor(b, list(_planes(b, a, ctx.in_types[0], dtype)), t_qr.shape, dtype)
+    return _pairs(b, Z(*qr), t_qr), _pairs(b, Z(*taus), t_taus)
+
+
+@register_custom_call("lapack_cungqr_ffi", "lapack_zungqr_ffi")
+def ungqr(ctx: RuleContext, a, taus):
+    b, out = ctx.b, ctx.out_type
+    dtype = compute_dtype(real_dtype(out.dtype))
+    k = ctx.in_types[1].shape[-1]
+    pairs = reshape_to(b, b.cast(taus, dtype), [prod(out.shape[:-2]), k, 2])
+    tau_planes = list(b.ops("Split", pairs, b.shape_const([1, 1]), num_outputs=2, axis=-1))  # (B, k, 1) each
+    reflectors = list(_planes(b, a, ctx.in_types[0], dtype))
+    return _pairs(b, Z(*householder_q(b, reflectors, tau_planes, out.shape, k, dtype)), out)
 
 
 @register_custom_call("lapack_ctrsm_ffi", "lapack_ztrsm_ffi")
