@@ -21,7 +21,7 @@ from hlo2onnx.targets import TargetError
 TESTS = Path(__file__).resolve().parent
 _OP = re.compile(r"\b((?:stablehlo|func|sdy|chlo)\.[a-z_0-9]+)\b")
 _CUSTOM_CALL = re.compile(r"stablehlo\.custom_call @([\w.]+)")
-_TENSOR = re.compile(r"tensor<(?:[0-9?]+x)*([a-z]+[0-9]*)>")
+_TENSOR = re.compile(r"tensor<(?:[0-9?]+x)*([a-z]+[0-9]*|complex<[a-z]+[0-9]+>)>")
 
 
 def _found_in(value, depth: int = 0) -> Iterator[Case | str]:
@@ -118,7 +118,8 @@ def support_matrix() -> str:
         seen: dict[str, set[str]] = defaultdict(set)
         for line in text.splitlines():
             for op in ops_in(line):
-                seen[op].update(_TENSOR.findall(line))
+                seen[op].update(t.replace("complex<f32>", "c64").replace("complex<f64>", "c128")
+                                for t in _TENSOR.findall(line))
                 counts[op] += 1
         for op, types in seen.items():
             dtypes[op].update(types)
