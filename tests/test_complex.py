@@ -20,6 +20,16 @@ def _x(shape, dtype, seed=0, low=-3, high=3):
     return rand(shape, dtype, seed, low, high)
 
 
+def _max_min(acc, element):
+    """(lexicographic max of the first pair, min of the second): the body lax.reduce gets from the harnesses."""
+    (a, other_a), (b, other_b) = acc, element
+    first = (a.real > b.real) | ((a.real == b.real) & (a.imag > b.imag))
+    if jnp.iscomplexobj(other_a):
+        second = (other_a.real < other_b.real) | ((other_a.real == other_b.real) & (other_a.imag < other_b.imag))
+        return lax.select(first, a, b), lax.select(second, other_a, other_b)
+    return lax.select(first, a, b), jnp.minimum(other_a, other_b)
+
+
 def _per_dtype(dtype) -> list[Case]:
     """The same rows for complex64 and (under x64) complex128."""
     x64 = dtype == C128
@@ -108,6 +118,11 @@ def _per_dtype(dtype) -> list[Case]:
         case("reduce_max", lambda a: (a.max(0), a.max(), a.min(1)), (x,)),
         case("reduce_max_ties", lambda a: (a.max(1), a.min(0)),
              (np.array([[1 + 2j, 1 + 3j, 1 - 1j], [2 - 1j, 2 - 1j, -3 + 5j]], dtype),)),
+        # variadic: one choice per operand (lexicographic max beside an integer min, or beside a complex min)
+        case("reduce_variadic_max_int_min", lambda a, i: lax.reduce((a, i), (dtype(3), np.int32(0)), _max_min, (0,)),
+             (x, rand((3, 4), np.int32, 5))),
+        case("reduce_variadic_max_min", lambda a, c: lax.reduce((a, c), (dtype(-np.inf), dtype(np.inf)),
+                                                                _max_min, (0, 1)), (x, y)),
         case("reduce_window_max", lambda a: lax.reduce_window(a, dtype(-np.inf), lax.max, (2, 2), (1, 1), "VALID"),
              (x,)),
         case("reduce_window_min_padded", lambda a: lax.reduce_window(a, dtype(np.inf), lax.min, (2, 3), (1, 2),

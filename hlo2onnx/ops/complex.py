@@ -115,15 +115,15 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, **hints):
 
 @register_complex("stablehlo.reduce")
 def reduce(ctx: RuleContext, *operands, dimensions):
-    if len(operands) != 2:
-        raise NotImplementedError("variadic reduce of complex operands")
+    from hlo2onnx.ops.complex_window import complex_reduce_chooser  # builds on this module's rules
+    if len(operands) != 2:  # several operands: only choices (max/min, one per operand) are translated
+        return complex_reduce_chooser(ctx, list(operands), dimensions)
     reducer = single_reducer(ctx.hlo_op.regions[0].blocks[0])
     if reducer == "stablehlo.add":  # sums each part alike
         return RULES["stablehlo.reduce"](as_pairs(ctx), *operands, dimensions=dimensions)
     if reducer == "stablehlo.multiply":
         return _reduce_product(ctx, *operands, dimensions=dimensions)
-    from hlo2onnx.ops.complex_window import complex_reduce_chooser  # builds on this module's rules
-    return complex_reduce_chooser(ctx, *operands, dimensions)
+    return complex_reduce_chooser(ctx, list(operands), dimensions)[0]
 
 
 @register_complex("stablehlo.reduce_window")

@@ -17,6 +17,7 @@ import math
 from hlo2onnx.ops import shape as shape_ops
 from hlo2onnx.ops.window import ELEMENTWISE_BODY_OPS, Window
 from hlo2onnx.ops.window_variadic import fold_windows
+from hlo2onnx.translator import RuleContext
 
 _COMPLEX_PARTS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex"}
 
@@ -47,36 +48,45 @@ def complex_reduce_window(ctx: RuleContext, x, init, win: Window):
                         list(storage.shape), [storage.dtype])[0]
 
 
-def is_chooser(body) -> bool:
-    """The body returns a select whose branches are its two arguments (either way round)."""
+def is_chooser(body, count: int = 1) -> bool:
+    """Each of the body's `count` results chooses between its own pair of arguments (accumulator i and
+    element i, either way round): a select of the two, or (for a real operand beside a complex one) their
+    maximum or minimum."""
     ret = list(body.operations)[-1]
-    value = ret.operands[0]
-    op = value.owner
-    if op is None or not hasattr(op, "operation") or op.operation.name != "stablehlo.select":
-        return False
-    return set(op.operands[1:]) == set(body.arguments)
+    args = list(body.arguments)
+    for i, value in enumerate(ret.operands):
+        op = value.owner
+        name = op.operation.name if op is not None and hasattr(op, "operation") else None
+        choices = (list(op.operands[1:]) if name == "stablehlo.select" else
+                   list(op.operands) if name in ("stablehlo.maximum", "stablehlo.minimum") else None)
+        if choices is None or set(choices) != {args[i], args[count + i]}:
+            return False
+    return True
 
 
-def complex_reduce_chooser(ctx: RuleContext, x, init, dimensions):
-    """Reduce by a chooser body: halve the reduced (flattened, leading) axis, then choose against init."""
+def complex_reduce_chooser(ctx: RuleContext, operands: list, dimensions) -> list:
+    """Reduce by a chooser body (over one operand or several, one choice each): halve the reduced (flattened,
+    leading) axis, then choose against init. Returns one result per operand."""
     b = ctx.b
     body = ctx.hlo_op.regions[0].blocks[0]
-    if not is_chooser(body):
+    count = len(operands) // 2
+    if not is_chooser(body, count):
         raise NotImplementedError("complex reduce with a body other than add, multiply, or a choice (max, min)")
     apply = _body_apply(ctx, body)
     shape = ctx.in_types[0].shape
     rest = [d for d in range(len(shape)) if d not in dimensions]
     n = math.prod(shape[d] for d in dimensions)
-    out = [shape[d] for d in rest] + [2]
-    x = shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, len(shape)]), [n, *out])
+    pairs = [t.storage.shape != t.shape for t in ctx.in_types[:count]]  # complex operands keep a pair axis
+    outs = [[shape[d] for d in rest] + [2] * pair for pair in pairs]
+    xs = [shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, *[len(shape)] * pair]),
+                               [n, *out]) for x, pair, out in zip(operands[:count], pairs, outs)]
 
     def rows(v, lo, hi):
         return b.op("Slice", v, b.shape_const([lo]), b.shape_const([hi]), b.shape_const([0]))
     while n > 1:
         half, odd = n // 2, n % 2
-        chosen = apply([rows(x, 0, half)], [rows(x, half, 2 * half)])[0]
-        x = b.op("Concat", chosen, rows(x, 2 * half, n), axis=0) if odd else chosen
+        chosen = apply([rows(x, 0, half) for x in xs], [rows(x, half, 2 * half) for x in xs])
+        xs = [b.op("Concat", c, rows(x, 2 * half, n), axis=0) if odd else c for c, x in zip(chosen, xs)]
         n = half + odd
-    result = apply([init], [shape_ops.reshape_to(b, x, out)])[0]
-    return b.op("Expand", result, b.shape_const(out))
-from hlo2onnx.translator import RuleContext
+    results = apply(list(operands[count:]), [shape_ops.reshape_to(b, x, out) for x, out in zip(xs, outs)])
+    return [b.op("Expand", r, b.shape_const(out)) for r, out in zip(results, outs)]
