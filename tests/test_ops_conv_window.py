@@ -266,8 +266,22 @@ def _select_and_scatter_padded(operand, source):
                                jnp.zeros((), operand.dtype), lax.add)
 
 
+def _select_and_scatter_bool(operand, source, scatter, init):
+    """On bool (JAX's harness select_and_scatter_add over bool): or / and as the scatter."""
+    from jax._src.lax.windowed_reductions import _select_and_scatter
+
+    return _select_and_scatter(operand, lax.ge, (2, 2, 2), (1, 1, 1), ((0, 0),) * 3, source, np.bool_(init), scatter)
+
+
+_BOOLS = (rand((2, 4, 6), seed=3) > 0, rand((1, 3, 5), seed=4) > 0)
+
+
 @pytest.mark.parametrize("case", [
     Case("select_and_scatter_padding", _select_and_scatter_padded, (rand((5, 6)), rand((3, 3), seed=2))),
+    Case("select_and_scatter_bool_or", partial(_select_and_scatter_bool, scatter=lax.bitwise_or, init=False),
+         _BOOLS),
+    Case("select_and_scatter_bool_and", partial(_select_and_scatter_bool, scatter=lax.bitwise_and, init=True),
+         _BOOLS),
 ], ids=repr)
 def test_select_and_scatter_padding(case: Case) -> None:
     run_case(case)

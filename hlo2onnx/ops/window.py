@@ -317,6 +317,9 @@ def _window_axis(b, x, merge, axis, n, k, stride, dilation, valid):
 _SELECT = {"GE": "GreaterOrEqual", "GT": "Greater", "LE": "LessOrEqual", "LT": "Less"}
 _SCATTER = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
             "stablehlo.minimum": "min"}
+# On bool, add and or are max, multiply and and are min (StableHLO's bool add is or); computed on int32.
+_BOOL_SCATTER = {"stablehlo.add": "max", "stablehlo.or": "max", "stablehlo.maximum": "max",
+                 "stablehlo.multiply": "min", "stablehlo.and": "min", "stablehlo.minimum": "min"}
 
 
 @register("stablehlo.select_and_scatter")
@@ -325,7 +328,9 @@ def select_and_scatter(ctx: RuleContext, operand, source, init, *, window_dimens
     """Selects each window's element as XLA does (row-major, keep the pick while `select(pick, next)`),
     then scatters `source` onto the picks with ScatterElements' reduction."""
     select_op = _select_compare(ctx.hlo_op.regions[0].blocks[0])
-    scatter = _SCATTER.get(single_reducer(ctx.hlo_op.regions[1].blocks[0]))
+    reducer = single_reducer(ctx.hlo_op.regions[1].blocks[0])
+    bool_ = ctx.out_type.dtype == np.bool_
+    scatter = (_BOOL_SCATTER if bool_ else _SCATTER).get(reducer)
     if select_op is None or scatter is None:
         raise NotImplementedError("select_and_scatter with a select other than one compare, "
                                   "or a scatter other than add/mul/max/min")
@@ -365,6 +370,7 @@ def select_and_scatter(ctx: RuleContext, operand, source, init, *, window_dimens
     index = reshape_to(b, index, [-1])
     # Measured: ORT 1.31 has no f16 ScatterElements kernel for reduction add/mul (nor bf16 for any).
     compute = np.dtype(np.float32) if dtype.itemsize < 4 and is_float(dtype) else dtype
+    compute = np.dtype(np.int32) if bool_ else compute
     data = b.op("Expand", b.cast(reshape_to(b, init, [1]), compute), b.shape_const([size + int(has_padding)]))
     updates = b.cast(reshape_to(b, source, [-1]), compute)
     result = b.op("ScatterElements", data, index, updates, axis=0, reduction=scatter)
