@@ -155,6 +155,10 @@ CASES = [
           ("lu_singular", jsl.lu_factor, (CSINGULAR,)),
           ("solve", jnp.linalg.solve, (CA5, CB53)),
           ("inv_det", lambda a: (jnp.linalg.inv(a), jnp.linalg.det(a)), (CA_BATCH,)),
+          # a zero pivot: LAPACK's division gives NaN where XLA's complex division would give inf
+          ("solve_singular", jnp.linalg.solve, (np.zeros((3, 3)), CB53[:3])),
+          ("solve_triangular_zero_pivot", lambda a, b: jsl.solve_triangular(a, b, lower=False),
+           (np.triu(CA5) * (1 - np.eye(5)[2]), CB53)),
           *[(f"qr_{mode}_{shape}", lambda a, mode=mode: jnp.linalg.qr(a, mode=mode), (a,))
             for mode in ("reduced", "complete", "r")
             for shape, a in {"square": CA5, "tall": CA5[:, :3], "wide": CA5[:3], "batched": CA_BATCH}.items()],

@@ -263,8 +263,9 @@ def multiply(b, dtype, x: Z, y: Z) -> Z:
              t("Add", t("Mul", x.re, y.im), t("Mul", x.im, y.re)))
 
 
-def divide(b, dtype, x: Z, y: Z) -> Z:
-    """Smith's algorithm, and XLA's rule for a zero divisor: copysign(inf, y.re) * x."""
+def divide(b, dtype, x: Z, y: Z, xla_zero_divisor: bool = True) -> Z:
+    """Smith's algorithm, and XLA's rule for a zero divisor: copysign(inf, y.re) * x. Without that rule (as
+    LAPACK divides) a zero divisor gives NaN."""
     t = partial(b.typed, dtype=dtype)
     # |y.re| >= |y.im|: r = im/re; d = re + im*r; ((x.re + x.im*r)/d, (x.im - x.re*r)/d), else swapped roles.
     wide = t("GreaterOrEqual", t("Abs", y.re), t("Abs", y.im), result_dtype=bool)
@@ -276,6 +277,8 @@ def divide(b, dtype, x: Z, y: Z) -> Z:
            t("Div", t("Add", t("Mul", x.re, r2), x.im), d2), cast=(1, 2))
     im = t("Where", wide, t("Div", t("Sub", x.im, t("Mul", x.re, r1)), d1),
            t("Div", t("Sub", t("Mul", x.im, r2), x.re), d2), cast=(1, 2))
+    if not xla_zero_divisor:
+        return Z(re, im)
     zero = b.const(0, dtype)
     y_zero = b.op("And", t("Equal", y.re, zero, result_dtype=bool), t("Equal", y.im, zero, result_dtype=bool))
     x_nan = b.op("Or", t("IsNaN", x.re, result_dtype=bool), t("IsNaN", x.im, result_dtype=bool))

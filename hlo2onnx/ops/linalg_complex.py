@@ -140,7 +140,7 @@ def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: 
     if not unit:  # L = (L D^-1) D: scale the columns, solve with a unit diagonal, then divide rows by D
         pivots = Z(*(b.op("ReduceSum", b.op("Where", eye, v, zero), b.shape_const([1]), keepdims=1)
                      for v in matrix))  # (B, 1, n)
-        matrix = divide(b, dtype, matrix, pivots)
+        matrix = divide(b, dtype, matrix, pivots, xla_zero_divisor=False)
     matrix = Z(b.op("Where", eye, one, matrix.re), b.op("Where", eye, zero, matrix.im))
     real_a, real_x = TensorType((batch, 2 * n, 2 * n), dtype), TensorType((batch, 2 * n, r), dtype)
     stacked = b.op("Concat", b.op("Unsqueeze", x.re, b.shape_const([2])), b.op("Unsqueeze", x.im, b.shape_const([2])),
@@ -151,7 +151,8 @@ def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: 
     rows = reshape_to(b, solved, [batch, n, 2, r])
     y = Z(*(b.op("Gather", rows, b.const(np.int64(p)), axis=2) for p in (0, 1)))
     if pivots is not None:
-        y = divide(b, dtype, y, Z(*(b.op("Transpose", v, perm=[0, 2, 1]) for v in pivots)))
+        # LAPACK's division: a zero pivot gives NaN (XLA's own rule would give inf).
+        y = divide(b, dtype, y, Z(*(b.op("Transpose", v, perm=[0, 2, 1]) for v in pivots)), xla_zero_divisor=False)
     if side != ord("L"):
         y = _transposed(b, y)
     return _pairs(b, y, out)
