@@ -101,6 +101,17 @@ def _per_dtype(dtype) -> list[Case]:
         case("gather", lambda a, i: a[i], (x, np.array([2, 0, 2], np.int32))),
         case("scatter_set", lambda a, i, b: a.at[i].set(b), (x, np.array([2, 0], np.int32), y[:2])),
         case("scatter_add", lambda a, i, b: a.at[i].add(b), (x, np.array([1, 1], np.int32), y[:2]), tol=tol),
+        # mul / max / min: the body applied one index row at a time, in order (duplicates, dropped rows, NaN)
+        *[case(f"scatter_{name}", fn, (x, np.array([2, 0, 2, 7], np.int32), _x((4, 4), dtype, 4)), tol=tol)
+          for name, fn in {
+              "mul": lambda a, i, u: a.at[i].mul(u, mode="drop"),
+              "max": lambda a, i, u: a.at[i].max(u, mode="drop"),
+              "min": lambda a, i, u: a.at[i].min(u.at[1, 2].set(np.nan), mode="drop"),
+              "max_window": lambda a, i, u: a.at[i[:2], 1:3].max(u[:2, :2], mode="drop"),
+              "mul_2d_index": lambda a, i, u: a.at[i[:3] % 3, i[1:] % 4].mul(u[0, :3]),
+          }.items()],
+        case("scatter_max_ties", lambda a, u: a.at[np.array([0, 0, 1])].max(u),
+             (np.array([1 + 2j, 3 - 1j], dtype), np.array([1 + 2j, 1 + 5j, 3 - 1j], dtype))),
         case("arange", lambda a: a + jnp.arange(4, dtype=dtype), (x,)),
         # constants and scalars
         case("const_dense", lambda a: a * jnp.array([1 + 2j, -3j, 4, np.nan + 1j], dtype), (x,)),

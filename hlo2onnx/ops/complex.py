@@ -102,7 +102,10 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, **hints):
     ops = list(body.operations)
     replaces = len(ops) == 1 and list(ops[0].operands) == [body.arguments[1]]
     if not replaces and single_reducer(body) != "stablehlo.add":
-        raise NotImplementedError("complex scatter other than set and add")
+        # mul, max, min (a lexicographic choice) ...: the body itself, one index row at a time, in order
+        from hlo2onnx.ops.complex_window import body_applier  # builds on this module's rules
+        apply = body_applier(ctx, body)
+        hints["combine"] = lambda sb, current, update: apply([current], [update], sb)[0]
     dn = stablehlo.ScatterDimensionNumbers(scatter_dimension_numbers)
     pair_dn = stablehlo.ScatterDimensionNumbers.get(
         update_window_dims=[*dn.update_window_dims, ctx.in_types[-1].rank],

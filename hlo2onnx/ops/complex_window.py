@@ -22,13 +22,13 @@ from hlo2onnx.translator import RuleContext
 _COMPLEX_PARTS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex"}
 
 
-def _body_apply(ctx: RuleContext, body):
-    b = ctx.b
+def body_applier(ctx: RuleContext, body):
+    """apply(accumulators, elements, builder=ctx.b): the body's ops emitted on whole tensors."""
     names = [op.operation.name for op in body.operations][:-1]
     if any(name not in ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS for name in names):
         raise NotImplementedError(f"complex reduction with body {names}")
 
-    def apply(accs, elements):
+    def apply(accs, elements, b=ctx.b):
         first = b.graph.num_nodes()
         results = ctx.translator.emit_block(body, [*accs, *elements], b)
         for node in list(b.graph)[first:]:
@@ -44,7 +44,7 @@ def complex_reduce_window(ctx: RuleContext, x, init, win: Window):
                   win.dilation + (1,))
     storage = ctx.out_type.storage
     init = ctx.b.op("Reshape", init, ctx.b.shape_const([1] * len(win.size) + [2]))
-    return fold_windows(ctx.b, [x], [init], _body_apply(ctx, body), pair, list(ctx.in_types[0].storage.shape),
+    return fold_windows(ctx.b, [x], [init], body_applier(ctx, body), pair, list(ctx.in_types[0].storage.shape),
                         list(storage.shape), [storage.dtype])[0]
 
 
@@ -72,7 +72,7 @@ def complex_reduce_chooser(ctx: RuleContext, operands: list, dimensions) -> list
     count = len(operands) // 2
     if not is_chooser(body, count):
         raise NotImplementedError("complex reduce with a body other than add, multiply, or a choice (max, min)")
-    apply = _body_apply(ctx, body)
+    apply = body_applier(ctx, body)
     shape = ctx.in_types[0].shape
     rest = [d for d in range(len(shape)) if d not in dimensions]
     n = math.prod(shape[d] for d in dimensions)

@@ -12,19 +12,24 @@ StableHLO's result layout.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx.builder import Builder
+from hlo2onnx.ops.linalg_kit import loop, loop_step
 from hlo2onnx.ops.reduce import single_reducer
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.registry import register
-from hlo2onnx.types import is_bool, is_float
+from hlo2onnx.types import TensorType, is_bool, is_float
+
+from hlo2onnx.translator import RuleContext
 
 I64 = np.dtype(np.int64)
-from hlo2onnx.translator import RuleContext
+# (builder, current slice, update slice) -> the combined slice: a scatter body no ONNX reduction expresses.
+Combine = Callable[[Builder, ir.Value, ir.Value], ir.Value]
 Label = tuple[str, int]
 
 
@@ -279,7 +284,10 @@ def _pad_end(b, x: ir.Value, rank: int, axis: int, size: int, dtype: np.dtype) -
 
 
 @register("stablehlo.scatter")
-def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sorted=False, unique_indices=False):
+def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sorted=False, unique_indices=False,
+            combine: Combine | None = None):
+    """`combine` (for callers like the complex rules, never from an attribute): apply the updates one index row
+    at a time, in order, combining each with the slice it lands on, as XLA on CPU does."""
     # The hints change nothing here: ORT's kernels take no such promise.
     if len(args) != 3:
         raise NotImplementedError(f"scatter of {len(args) // 2} operands at once")
@@ -287,7 +295,7 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     dn = stablehlo.ScatterDimensionNumbers(scatter_dimension_numbers)
     b = ctx.b
     dtype = ctx.out_type.dtype
-    reduction = _reduction(ctx.hlo_op.regions[0].blocks[0], dtype)
+    reduction = "none" if combine else _reduction(ctx.hlo_op.regions[0].blocks[0], dtype)
     shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[2].shape
     rank = len(shape)
     no_window = set(dn.inserted_window_dims) | set(dn.input_batching_dims)
@@ -302,7 +310,7 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     valid = _fits(b, s, [shape[d] - window[d] for d in s.dims])
     labels = _labels(len(upd_shape), dn.update_window_dims, window_dims)
 
-    elements = _elements_form(s, rank, window)
+    elements = None if combine else _elements_form(s, rank, window)
     if elements is not None:
         axis, order = elements
         updates = _arrange(b, updates, labels, [("b", j) for j in range(len(s.batch))], s.batch)
@@ -336,10 +344,32 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     padded = valid is not None and reduction == "none"
     if padded:
         data = _pad_end(b, data, rank, 0, window[dims[0]], dtype)
-    result = _scatter_node(b, "ScatterND", data, idx, updates, dtype, reduction)
+    if combine is None:
+        result = _scatter_node(b, "ScatterND", data, idx, updates, dtype, reduction)
+    else:
+        data_shape = [shape[d] + (window[d] if padded and i == 0 else 0) for i, d in enumerate(dims + rest)]
+        count = int(np.prod(out_shape[:len(out_shape) - len(rest)]))
+        result = _scatter_in_order(b, data, idx, updates, combine, data_shape, len(dims), count, dtype)
     if padded:
         result = _crop(b, result, [shape[dims[0]] + window[dims[0]]], [shape[dims[0]]], [0])
     return transpose_to(b, result, np.argsort(dims + rest).tolist())
+
+
+def _scatter_in_order(b: Builder, data: ir.Value, idx: ir.Value, updates: ir.Value, combine: Combine,
+                      data_shape: list[int], k: int, count: int, dtype: np.dtype) -> ir.Value:
+    """ScatterND's `count` rows of `k` indices applied one at a time in a Loop: data[i] = combine(data[i], u)."""
+    slice_shape = data_shape[k:]
+    rows = reshape_to(b, idx, [count, k])
+    slices = reshape_to(b, updates, [count, *slice_shape])
+
+    def body(sb: Builder, j: ir.Value, carried: list[ir.Value]):
+        current, = carried
+        j1 = loop_step(sb, j)
+        row = sb.op("Gather", rows, j1, axis=0)
+        combined = combine(sb, sb.op("GatherND", current, row), sb.op("Gather", slices, j1, axis=0))
+        return [sb.op("ScatterND", current, row, combined)], []
+
+    return loop(b, "scatter", count, [data], [TensorType(tuple(data_shape), dtype)], body)[0]
 
 
 # -- dynamic slices -------------------------------------------------------------------
