@@ -136,6 +136,11 @@ SCATTER = [
     Case("scatter_i32_min", lambda x, i: x.at[i].min(-7), (rand((5, 4), I32), oob)),
     Case("scatter_i64_add_x64", lambda x, i: x.at[i].add(3), (rand((5, 4), I64), rows.astype(I64)), x64=True),
     Case("scatter_u8_add", lambda x, i: x.at[i].add(U8(200)), (rand((5, 4), U8), rows)),
+    # bodies no ONNX reduction expresses: applied one index row at a time, in order (twice on a repeated row)
+    Case("scatter_apply_sin", lambda x, i: x.at[i].apply(jnp.sin, mode="drop"), (x54, oob)),
+    Case("scatter_apply_affine", lambda x, i: x.at[i, 1:3].apply(lambda v: v * 2 + 1, mode="drop"), (x54, oob)),
+    Case("scatter_apply_i32_x64", lambda x, i: x.at[i].apply(lambda v: v * 3 - 1), (rand((5, 4), I32), rows),
+         x64=True),
     Case("scatter_i8_mul", lambda x, i: x.at[i].multiply(I8(3)), (rand((5, 4), I8), rows)),
     Case("scatter_bool_set", lambda x, i: x.at[i].set(True), (x54 > 1, oob)),
     Case("scatter_bool_max", lambda x, i, u: x.at[i].max(u), (x54 > 1, rows, upd44 > 0)),
@@ -298,9 +303,10 @@ def test_index_vector_dim_not_last(text, reference, args) -> None:
 
 
 def test_scatter_with_other_body_is_refused() -> None:
-    """`.at[].apply` scatters with an arbitrary body: refused by name, never approximated."""
+    """`.at[].apply` with a body that is not elementwise (a loop): refused by name, never approximated."""
     import hlo2onnx
     from mnjit import mnjit
 
-    with pytest.raises(hlo2onnx.UnsupportedOpError, match="stablehlo.scatter: scatter with body"):
-        mnjit(lambda x, i: x.at[i].apply(jnp.sin))(x54, rows)
+    body = lambda v: jax.lax.fori_loop(0, 3, lambda _, a: a * 2, v)  # noqa: E731
+    with pytest.raises(hlo2onnx.UnsupportedOpError, match="stablehlo.scatter: stablehlo.scatter with body"):
+        mnjit(lambda x, i: x.at[i].apply(body))(x54, rows)

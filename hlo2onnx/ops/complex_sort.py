@@ -14,10 +14,10 @@ import numpy as np
 from hlo2onnx.ops.shape import transpose_to
 from hlo2onnx.ops.sort import permutation_from_less
 from hlo2onnx.registry import register_complex
+from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import is_complex
 
 # Largest pair matrix (elements) built.
-from hlo2onnx.translator import RuleContext
 _PAIRWISE_LIMIT = 1 << 22
 
 

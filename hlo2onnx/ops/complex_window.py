@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from hlo2onnx.ops import shape as shape_ops
+from hlo2onnx.ops import shape as shape_ops, window
 from hlo2onnx.ops.window import ELEMENTWISE_BODY_OPS, Window
 from hlo2onnx.ops.window_variadic import fold_windows
 from hlo2onnx.translator import RuleContext
@@ -23,19 +23,8 @@ _COMPLEX_PARTS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex"}
 
 
 def body_applier(ctx: RuleContext, body):
-    """apply(accumulators, elements, builder=ctx.b): the body's ops emitted on whole tensors."""
-    names = [op.operation.name for op in body.operations][:-1]
-    if any(name not in ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS for name in names):
-        raise NotImplementedError(f"complex reduction with body {names}")
-
-    def apply(accs, elements, b=ctx.b):
-        first = b.graph.num_nodes()
-        results = ctx.translator.emit_block(body, [*accs, *elements], b)
-        for node in list(b.graph)[first:]:
-            for value in node.outputs:  # typed on scalars; here it runs on whole tensors
-                value.type, value.shape = None, None
-        return results
-    return apply
+    """window.body_applier, with the ops that take complex numbers apart and back."""
+    return window.body_applier(ctx, body, ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS)
 
 
 def complex_reduce_window(ctx: RuleContext, x, init, win: Window):

@@ -25,10 +25,10 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx.builder import Builder, graph_input
 from hlo2onnx.ops.loop_analysis import hoist_invariants, int_constant, op_name, plan_loop, scan_overrides
 from hlo2onnx.registry import register
+from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, set_type
 
 _INT64_MIN = np.iinfo(np.int64).min
-from hlo2onnx.translator import RuleContext
 _SCALAR_I64 = TensorType((), np.dtype(np.int64))
 _SCALAR_BOOL = TensorType((), np.dtype(np.bool_))
 # -- rules -------------------------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_complex
+from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import real_dtype
 
 # Longest non-power-of-two length done by matrix: its (2n x 2n) matrix is 16 MiB in f32.
-from hlo2onnx.translator import RuleContext
 MATRIX_LIMIT = 1024
 
 

@@ -22,10 +22,10 @@ from hlo2onnx.builder import Builder
 from hlo2onnx.ops.linalg_kit import loop, loop_step
 from hlo2onnx.ops.reduce import single_reducer
 from hlo2onnx.ops.shape import reshape_to, transpose_to
+from hlo2onnx.ops.window import body_applier
 from hlo2onnx.registry import register
-from hlo2onnx.types import TensorType, is_bool, is_float
-
 from hlo2onnx.translator import RuleContext
+from hlo2onnx.types import TensorType, is_bool, is_float
 
 I64 = np.dtype(np.int64)
 # (builder, current slice, update slice) -> the combined slice: a scatter body no ONNX reduction expresses.
@@ -214,13 +214,16 @@ _REDUCTIONS = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.m
                "stablehlo.minimum": "min", "stablehlo.or": "max", "stablehlo.and": "min"}
 
 
-def _reduction(body, dtype: np.dtype) -> str:
-    """ONNX's `reduction` for a scatter body: "none" when it returns the update, else the combining op."""
+def _reduction(body, dtype: np.dtype, strict: bool = True) -> str | None:
+    """ONNX's `reduction` for a scatter body: "none" when it returns the update, else the combining op;
+    for another body, an error (or None when not `strict`)."""
     ops = list(body.operations)
     if len(ops) == 1 and list(ops[0].operands) == [body.arguments[1]]:
         return "none"
     reducer = single_reducer(body)
     if reducer not in _REDUCTIONS or (reducer in ("stablehlo.or", "stablehlo.and") and not is_bool(dtype)):
+        if not strict:
+            return None
         raise NotImplementedError(f"scatter with body {[op.operation.name for op in ops]}")
     return _REDUCTIONS[reducer]
 
@@ -295,7 +298,12 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     dn = stablehlo.ScatterDimensionNumbers(scatter_dimension_numbers)
     b = ctx.b
     dtype = ctx.out_type.dtype
-    reduction = "none" if combine else _reduction(ctx.hlo_op.regions[0].blocks[0], dtype)
+    body = ctx.hlo_op.regions[0].blocks[0]
+    if combine is None and _reduction(body, dtype, strict=False) is None:
+        # A body no ONNX reduction expresses (x * 2 + y, ...): applied as written, one row at a time.
+        apply = body_applier(ctx, body)
+        combine = lambda sb, current, update: apply([current], [update], sb)[0]  # noqa: E731
+    reduction = "none" if combine else _reduction(body, dtype)
     shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[2].shape
     rank = len(shape)
     no_window = set(dn.inserted_window_dims) | set(dn.input_batching_dims)

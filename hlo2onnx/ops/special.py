@@ -14,12 +14,12 @@ import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.registry import register
+from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import is_float
 
 F32 = np.dtype(np.float32)
 
 # Cephes' atan rational forms: atan(z) = z + z * z^2 R(z^2) on a reduced |z|; about 1 ulp.
-from hlo2onnx.translator import RuleContext
 # float64 (atan.c): R = P / Q, with z reduced to |z| <= 0.66.
 _ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
            -1.228866684490136173410e2, -6.485021904942025371773e1)

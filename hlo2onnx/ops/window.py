@@ -21,10 +21,10 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.ops.reduce import is_constant, single_reducer
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.registry import register
+from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import is_bool, is_float
 
 # reducer -> (ONNX op on bool, ONNX op otherwise). XLA's add/mul on pred are or/and.
-from hlo2onnx.translator import RuleContext
 _COMBINE = {
     "stablehlo.add": ("Or", "Add"),
     "stablehlo.multiply": ("And", "Mul"),
@@ -208,25 +208,35 @@ def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
 ELEMENTWISE_BODY_OPS = frozenset(f"stablehlo.{name}" for name in (
     "add subtract multiply divide maximum minimum compare select abs negate exponential exponential_minus_one "
     "log log_plus_one and or xor not constant convert clamp sqrt rsqrt power remainder tanh logistic sign "
-    "floor ceil is_finite").split())
+    "floor ceil is_finite sine cosine tan atan2 cbrt round_nearest_even round_nearest_afz").split())
+
+
+def body_applier(ctx: RuleContext, body, allowed: frozenset[str] = ELEMENTWISE_BODY_OPS):
+    """apply(accumulators, elements, b=ctx.b): the results of a reduction body whose ops are all `allowed`,
+    emitted on whole tensors (the body is typed on scalars)."""
+    names = [op.operation.name for op in body.operations][:-1]
+    if any(name not in allowed for name in names):
+        raise NotImplementedError(f"{ctx.hlo_op.operation.name} with body {names}")
+
+    def apply(accs, elements, b=ctx.b):
+        first = b.graph.num_nodes()
+        results = ctx.translator.emit_block(body, [*accs, *elements], b)
+        for node in list(b.graph)[first:]:
+            for value in node.outputs:
+                value.type, value.shape = None, None
+        return results
+    return apply
 
 
 def _general_body(ctx: RuleContext, x, init, body, dtype, shape, win: Window) -> ir.Value:
     """Any elementwise body (cumlogsumexp's logaddexp, ...): its identity is unknown, so holes are
     tracked as static per-axis masks and skipped when combining."""
-    names = [op.operation.name for op in body.operations][:-1]
-    if any(name not in ELEMENTWISE_BODY_OPS for name in names):
-        raise NotImplementedError(f"reduce_window with body {names}")
     b = ctx.b
     rank = len(shape)
+    apply_body = body_applier(ctx, body)
 
     def apply(u, v):
-        first = b.graph.num_nodes()
-        result = ctx.translator.emit_block(body, [u, v], b)[0]
-        for node in list(b.graph)[first:]:
-            for value in node.outputs:  # the body is typed on scalars; here it runs on windows
-                value.type, value.shape = None, None
-        return result
+        return apply_body([u], [v])[0]
 
     def merge(u, v, axis, u_ok, v_ok):
         merged = apply(u, v)

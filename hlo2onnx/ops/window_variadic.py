@@ -18,9 +18,9 @@ from math import prod
 import numpy as np
 
 from hlo2onnx.ops.window import ELEMENTWISE_BODY_OPS, Window, axis_slice, pad_and_dilate
+from hlo2onnx.translator import RuleContext
 
 # Most elements one window may hold (the fold is unrolled).
-from hlo2onnx.translator import RuleContext
 _MAX_WINDOW = 64
 
 
