@@ -63,9 +63,13 @@ class ConversionReport:
         mapping, fused = self.mapping(), self.fused_types()
         for kind, count in sorted(self.op_counts.items(), key=lambda kv: (-kv[1], kv[0])):
             became = mapping.get(kind)
-            text = "inlined (its ops are listed under their own kinds)" if kind == "func.call" else ", ".join(f"{op}{'*' if op in fused.get(kind, ()) else ''} x{n}"
-                             for op, n in sorted(became.items(), key=lambda kv: (-kv[1], kv[0]))) \
-                if became else "no node (a constant, folded, or removed by clean-up)"
+            if kind == "func.call":
+                text = "inlined (its ops are listed under their own kinds)"
+            elif became:
+                text = ", ".join(f"{op}{'*' if op in fused.get(kind, ()) else ''} x{n}"
+                                 for op, n in sorted(became.items(), key=lambda kv: (-kv[1], kv[0])))
+            else:
+                text = "no node (a constant, folded, or removed by clean-up)"
             lines.append(f"- {kind} x{count} -> {text}")
         if self.optimized is not None:
             fired = ", ".join(f"{name} x{n}" for name, n in self.optimized.fusions.items()) or "none"

@@ -354,7 +354,8 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
 def _kernel_key(node: ir.Node) -> str:
     """The op's key in a `wrong` table: Pad and the scatters differ by mode or reduction (`ScatterND:add`),
     casts by the dtype they make (`Cast:int64`), TopK by whether its indices are read (`TopK:indices`)."""
-    if node.op_type == "TopK" and len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+    if node.op_type == "TopK" and len(node.outputs) > 1 and (node.outputs[1].uses()
+                                                              or node.outputs[1].is_graph_output()):
         return "TopK:indices"  # the order of ties shows only in the indices
     if node.op_type == "Cast" and node.outputs[0].dtype is not None:  # keyed by the dtype it makes
         return f"Cast:{np.dtype(node.outputs[0].dtype.numpy()).name}"

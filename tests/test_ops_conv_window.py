@@ -87,8 +87,8 @@ CASES = [
     Case("conv_grouped", conv(feature_group_count=3), (rand((2, 6, 5, 6)), rand((3, 3, 2, 9), seed=1)),
          tol=CONV_TOL),
     Case("conv_depthwise", conv(feature_group_count=3), (x_nhwc, rand((3, 3, 1, 6), seed=1)), tol=CONV_TOL),
-    Case("conv_batch_group", conv(padding="VALID", batch_group_count=2), (rand((4, 6, 5, 3)), rand((3, 3, 3, 6), seed=1)),
-         tol=CONV_TOL),
+    Case("conv_batch_group", conv(padding="VALID", batch_group_count=2),
+         (rand((4, 6, 5, 3)), rand((3, 3, 3, 6), seed=1)), tol=CONV_TOL),
     Case("conv_grouped_lhs_dilation", conv(padding=((1, 2), (2, 1)), lhs_dilation=(2, 2), feature_group_count=3),
          (rand((2, 5, 4, 6)), rand((3, 3, 2, 6), seed=1)), tol=CONV_TOL),
     # -- 1-D and 3-D --------------------------------------------------------------------------

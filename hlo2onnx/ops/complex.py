@@ -459,7 +459,8 @@ def dot_general(ctx: RuleContext, lhs, rhs, *, dot_dimension_numbers):
     real_out = out[:split_at] + [2] + out[split_at:] + [2]
     # Each operand keeps its own precision (complex64 operands may ask for a complex128 result).
     in_reals = [real_dtype(t.dtype) if is_complex(t.dtype) else real for t in ctx.in_types]
-    real_ctx = dataclasses.replace(ctx, in_types=[TensorType(t.shape + (2,), r) for t, r in zip(ctx.in_types, in_reals)],
+    real_ctx = dataclasses.replace(ctx, in_types=[TensorType(t.shape + (2,), r)
+                                                  for t, r in zip(ctx.in_types, in_reals)],
                                    out_types=[TensorType(tuple(real_out), real)])
     product = RULES["stablehlo.dot_general"](real_ctx, lhs, rhs, dot_dimension_numbers=dims)
     rank = len(real_out)

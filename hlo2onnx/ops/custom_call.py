@@ -33,7 +33,8 @@ def hint(target: str) -> str:
         return f"{_OUTSIDE}, or write it with jax.numpy ops"
     kind, routine, _ = match.groups()
     if kind in "cz":
-        return f"this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd and gesdd are); {_OUTSIDE}"
+        return ("this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd "
+                f"and gesdd are); {_OUTSIDE}")
     users = _LAPACK_USERS.get(routine)
     return f"it implements {users}; {_OUTSIDE}" if users else _OUTSIDE
 

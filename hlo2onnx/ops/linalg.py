@@ -11,9 +11,11 @@ conventions, since JAX reads their packed outputs: 1-based pivot rows,
 Householder vectors with an implicit unit head and tau = (beta - alpha) / beta,
 `info` > 0 naming the first failed step (JAX turns those results into NaN).
 
-The real routines (s/d) are here; linalg_complex.py runs complex potrf and
-trsm through them. LAPACK's layouts (column-major) are a memory matter and
-leave the logical tensors as they are.
+LU and QR are written on "planes" (one real matrix, or a complex one's real
+and imaginary parts), so linalg_complex.py runs the complex routines (c/z)
+through the same loops, and complex potrf/trsm through the real ones.
+LAPACK's layouts (column-major) are a memory matter and leave the logical
+tensors as they are.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def _lapack(*routines: str):
 
 # -- triangular solve ------------------------------------------------------------------------------------
 def solve_triangular(ctx: RuleContext, a: ir.Value, rhs: ir.Value, *, left: bool, lower: bool, transpose: bool,
-                      unit: bool) -> ir.Value:
+                     unit: bool) -> ir.Value:
     """op(A) X = B (left) or X op(A) = B, reading only A's `lower` (or upper) triangle."""
     b, out = ctx.b, ctx.out_type
     dtype = compute_dtype(out.dtype)
@@ -86,7 +88,7 @@ def _forward_substitution(b: Builder, a: ir.Value, rhs: ir.Value, batch: int, n:
 @_lapack("trsm")
 def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: int):
     return solve_triangular(ctx, a, rhs, left=side == ord("L"), lower=uplo == ord("L"),
-                             transpose=trans_x != ord("N"), unit=diag == ord("U"))
+                            transpose=trans_x != ord("N"), unit=diag == ord("U"))
 
 
 @register("stablehlo.triangular_solve")

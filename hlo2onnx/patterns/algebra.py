@@ -74,7 +74,8 @@ def _and(node: ir.Node, emit: Emitter) -> ir.Value | None:
         if compare is None or compare.domain != "" or compare.op_type not in ("Less", "Greater") or equal is None:
             continue
         x, c = compare.inputs
-        if ((equal.inputs[0] is x and same_value(equal.inputs[1], c)) or (equal.inputs[1] is x and same_value(equal.inputs[0], c))):
+        if ((equal.inputs[0] is x and same_value(equal.inputs[1], c))
+                or (equal.inputs[1] is x and same_value(equal.inputs[0], c))):
             return strict
     return None
 
