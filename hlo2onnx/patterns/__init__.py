@@ -16,7 +16,8 @@ Three ways to write a rewrite, one per kind of job; a new rewrite takes the firs
   Each is unit-tested in tests/test_fusions_unit.py.
 * Exact algebra (one node, and what feeds it, -> an equal value with fewer passes over memory): node rules,
   one function per root op type, `rule(node, emit) -> value | None`, applied by the one driver
-  noderules.rewrite. algebra.py (arithmetic, selects, reductions) and movement.py (slices, pads, concats).
+  noderules.rewrite. algebra.py (arithmetic, selects, reductions), movement.py (slices, pads, concats),
+  remainder.py (float Mod) and last_axis.py (short broadcast last axes).
 * Whole-graph passes, for rewrites that need more than a node's neighbourhood: cleanup.py (the canonical
   form every pattern is written against), layout.py (sinking a Transpose through the region it reaches)
   and selects.py (selects whose every use is selected again on the same mask).
@@ -35,7 +36,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from hlo2onnx.patterns import algebra, attention, body_shapes, convolution, engine, last_axis, movement, remainder
-from hlo2onnx.patterns.cleanup import drop_unread_initializers, canonicalize, clean
+from hlo2onnx.patterns.cleanup import canonicalize, clean, drop_unread_initializers
 from hlo2onnx.patterns.fusions import fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
 from hlo2onnx.targets import Target
