@@ -48,6 +48,7 @@ enum Slot : int {
   kSetGraphOptimizationLevel = 23,
   kSetIntraOpNumThreads = 24,
   kCreateRunOptions = 39,
+  kRunOptionsSetRunLogSeverityLevel = 41,
   kRunOptionsSetTerminate = 46,
   kCreateTensorWithDataAsOrtValue = 49,
   kCreateCpuMemoryInfo = 69,
@@ -271,10 +272,13 @@ void ort_ffi_release(int64_t handle) {
   }
 }
 
-// Run options whose terminate flag another thread may set (to end a probe early).
+// Run options whose terminate flag another thread may set (to end a probe early). Their runs log only
+// fatal errors: a terminated probe is expected, not worth ORT's error lines on stderr.
 void* ort_ffi_run_options() {
   void* options = nullptr;
-  return message(slot<Status* (*)(void**)>(kCreateRunOptions)(&options)).empty() ? options : nullptr;
+  if (!message(slot<Status* (*)(void**)>(kCreateRunOptions)(&options)).empty()) return nullptr;
+  message(slot<Status* (*)(void*, int)>(kRunOptionsSetRunLogSeverityLevel)(options, 4));  // ORT_LOGGING_LEVEL_FATAL
+  return options;
 }
 
 void ort_ffi_terminate(void* run_options) {
