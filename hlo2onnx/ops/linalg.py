@@ -28,8 +28,8 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops import complex as complex_ops
 from hlo2onnx.ops.complex import Z
-from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, first_failure, flat, iota, loop, loop_step,
-                                      reversed_axes, set_column, transposed, unflat)
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, first_failure, flat, iota, loop,
+                                      loop_step, matmul, reversed_axes, set_column, sum_squares, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.translator import RuleContext
@@ -99,9 +99,6 @@ def triangular_solve(ctx: RuleContext, a, rhs, *, left_side: bool, lower: bool, 
 
 
 # -- LU --------------------------------------------------------------------------------------------------
-Planes = list  # a real matrix as [x], a complex one as [real, imag], each (B, m, n)
-
-
 def _times(b: Builder, x: Planes, y: Planes, dtype: np.dtype) -> Planes:
     return [b.op("Mul", x[0], y[0])] if len(x) == 1 else list(complex_ops.multiply(b, dtype, Z(*x), Z(*y)))
 
@@ -216,20 +213,6 @@ def cholesky(ctx: RuleContext, a, *, lower: bool = False):
 
 
 # -- QR --------------------------------------------------------------------------------------------------
-def _conj_rows(b: Builder, v: Planes) -> Planes:
-    """v^H for (B, m, 1) column planes: (B, 1, m)."""
-    rows = [transposed(b, x) for x in v]
-    return rows if len(rows) == 1 else [rows[0], b.op("Neg", rows[1])]
-
-
-def _matmul(b: Builder, x: Planes, y: Planes) -> Planes:
-    if len(x) == 1:
-        return [b.op("MatMul", x[0], y[0])]
-    (xr, xi), (yr, yi) = x, y
-    return [b.op("Sub", b.op("MatMul", xr, yr), b.op("MatMul", xi, yi)),
-            b.op("Add", b.op("MatMul", xr, yi), b.op("MatMul", xi, yr))]
-
-
 @_lapack("geqrf")
 def geqrf(ctx: RuleContext, a):
     b, (t_qr, t_taus) = ctx.b, ctx.out_types
@@ -253,8 +236,10 @@ def qr_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
         alpha = [sb.op("Gather", c, k1, axis=1) for c in columns]
         below, at = sb.op("Greater", row, k), sb.op("Equal", row, k)
         tails = [sb.op("Where", below, c, zero) for c in columns]
-        tail_norm2 = _sum(sb, [sb.op("ReduceSumSquare", t, sb.shape_const([1]), keepdims=1) for t in tails])
-        norm = sb.op("Sqrt", sb.op("Add", _sum(sb, [sb.op("Mul", x, x) for x in alpha]), tail_norm2))
+        tail_norm2 = sum_squares(sb, tails, [1])
+        alpha_norm2 = [sb.op("Mul", x, x) for x in alpha]
+        alpha_norm2 = alpha_norm2[0] if len(alpha) == 1 else sb.op("Add", *alpha_norm2)
+        norm = sb.op("Sqrt", sb.op("Add", alpha_norm2, tail_norm2))
         beta = sb.op("Where", sb.op("Less", alpha[0], zero), norm, sb.op("Neg", norm))  # -sign(re alpha) * norm
         identity = sb.op("Equal", tail_norm2, zero)  # nothing to annihilate: tau = 0, H = I
         if len(alpha) == 2:
@@ -270,7 +255,7 @@ def qr_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
         v = [sb.op("Where", at, unit, x) for unit, x in zip(units, _times(sb, tails, scale, dtype))]
         # H^H = I - conj(tau) v v^H on the columns right of k (LAPACK's larf: w = v^H C, C -= conj(tau) v w); v is
         # zero above row k and the update zero in columns up to k, so adding it leaves those entries as they are.
-        w = [sb.op("Where", sb.op("Greater", col, k), x, zero) for x in _matmul(sb, _conj_rows(sb, v), carried)]
+        w = [sb.op("Where", sb.op("Greater", col, k), x, zero) for x in matmul(sb, adjoint(sb, v), carried)]
         minus_conj_tau = [sb.op("Neg", tau[0]), *tau[1:]]
         qr = [sb.op("Add", x, u) for x, u in zip(carried, _times(sb, v, _times(sb, minus_conj_tau, w, dtype), dtype))]
         heads = [sb.op("Where", identity, alpha[0], beta), *[sb.op("Where", identity, x, zero) for x in alpha[1:]]]
@@ -283,25 +268,21 @@ def qr_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
     return results[:len(planes)], [_transposed2d(b, t) for t in results[len(planes):]]
 
 
-def _sum(b: Builder, values: list[ir.Value]) -> ir.Value:
-    return values[0] if len(values) == 1 else b.op("Add", *values)
-
-
 @_lapack("orgqr")
 def orgqr(ctx: RuleContext, a, taus):
     b, out = ctx.b, ctx.out_type
     dtype = compute_dtype(out.dtype)
-    k = ctx.in_types[1].shape[-1]
-    taus = reshape_to(b, b.cast(taus, dtype), [prod(out.shape[:-2]), k, 1])
-    return unflat(b, householder_q(b, [flat(b, a, ctx.in_types[0], 2, dtype)], [taus], out.shape, k, dtype)[0], out)
+    reflectors, taus = flat(b, a, ctx.in_types[0], 2, dtype), flat(b, taus, ctx.in_types[1], 1, dtype)
+    return unflat(b, householder_q(b, [reflectors], [taus], out.shape, ctx.in_types[1].shape[-1], dtype)[0], out)
 
 
 def householder_q(b: Builder, reflectors: Planes, taus: Planes, shape: tuple[int, ...], k: int,
                   dtype: np.dtype) -> Planes:
     """Q = H_0 ... H_{k-1} applied to the first columns of the identity, last reflector first (LAPACK's org2r,
-    ung2r): `reflectors` (B, m, k') planes, `taus` (B, k, 1) planes, Q of `shape` (batch..., m, n)."""
+    ung2r): `reflectors` (B, m, k') planes, `taus` (B, k) planes, Q of `shape` (batch..., m, n)."""
     *_, m, n = shape
     batch = prod(shape[:-2])
+    taus = [reshape_to(b, t, [batch, k, 1]) for t in taus]
     row = iota(b, m, (m, 1))
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
     heads = [one, zero][:len(reflectors)]
@@ -313,7 +294,7 @@ def householder_q(b: Builder, reflectors: Planes, taus: Planes, shape: tuple[int
         v = [sb.op("Where", sb.op("Greater", row, i), sb.op("Gather", x, i1, axis=2),
                    sb.op("Where", at, head, zero)) for x, head in zip(reflectors, heads)]
         # Columns left of i are zero from row i down: the update leaves them exactly as they are.
-        w = _matmul(sb, _conj_rows(sb, v), carried)
+        w = matmul(sb, adjoint(sb, v), carried)
         minus_tau = [sb.op("Neg", sb.op("Gather", t, i1, axis=1)) for t in taus]
         return [sb.op("Add", q, u) for q, u in zip(carried, _times(sb, v, _times(sb, minus_tau, w, dtype), dtype))], []
 

@@ -23,27 +23,11 @@ import onnx_ir as ir
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex import Z, divide
 from hlo2onnx.ops.linalg import cholesky_factor, householder_q, lu_factor, qr_factor, solve_triangular
-from hlo2onnx.ops.linalg_kit import compute_dtype, diagonal, first_failure, iota
+from hlo2onnx.ops.linalg_kit import compute_dtype, conj, diagonal, first_failure, iota, join, planes, transposed
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, real_dtype
-
-def _planes(b: Builder, x: ir.Value, ttype: TensorType, dtype: np.dtype) -> Z:
-    """A (batch..., rows, cols) complex input as (B, rows, cols) real and imaginary planes."""
-    rows, cols = ttype.shape[-2:]
-    pairs = reshape_to(b, b.cast(x, dtype), [prod(ttype.shape[:-2]), rows, cols, 2])
-    re, im = b.ops("Split", pairs, b.shape_const([1, 1]), num_outputs=2, axis=-1)
-    return Z(*(reshape_to(b, v, [prod(ttype.shape[:-2]), rows, cols]) for v in (re, im)))
-
-
-def _pairs(b: Builder, z: Z, ttype: TensorType) -> ir.Value:
-    """The inverse of _planes, for a result of type `ttype`."""
-    pairs = b.op("Concat", *(b.op("Unsqueeze", v, b.shape_const([-1])) for v in z), axis=-1)
-    pairs = reshape_to(b, pairs, list(ttype.storage.shape))
-    storage = ttype.storage.dtype
-    return pairs if compute_dtype(storage) == storage else b.cast(pairs, storage)
-
 
 def _embed(b: Builder, z: Z, batch: int, n: int, m: int) -> ir.Value:
     """(B, n, m) planes -> the (B, 2n, 2m) real matrix of [[re, -im], [im, re]] blocks."""
@@ -77,11 +61,11 @@ def potrf(ctx: RuleContext, a, *, uplo: int):
     b, ttype = ctx.b, ctx.in_types[0]
     dtype = compute_dtype(real_dtype(ttype.dtype))
     n, batch = ttype.shape[-1], prod(ttype.shape[:-2])
-    embedded = _embed(b, _real_diagonal(b, _planes(b, a, ttype, dtype), n, dtype), batch, n, n)
+    embedded = _embed(b, _real_diagonal(b, Z(*planes(b, a, ttype, 2, dtype)), n, dtype), batch, n, n)
     real = TensorType((batch, 2 * n, 2 * n), dtype)
     factor, squares = cholesky_factor(_real_ctx(ctx, [real], [real]), embedded, lower=uplo == ord("L"))
     # The other triangle comes back as it was: its blocks' first columns are A's entries there.
-    result = _pairs(b, _column_of_blocks(b, factor, batch, n, n), ctx.out_types[0])
+    result = join(b, _column_of_blocks(b, factor, batch, n, n), ctx.out_types[0])
     failed = b.op("Not", b.op("Greater", squares, b.const(np.zeros((), dtype))))
     failed = b.op("ReduceMax", b.cast(reshape_to(b, failed, [batch, n, 2]), np.int32), b.shape_const([2]),
                   keepdims=0)  # complex step k failed if either of its two real steps did
@@ -92,10 +76,10 @@ def potrf(ctx: RuleContext, a, *, uplo: int):
 def getrf(ctx: RuleContext, a):
     b, (t_lu, t_pivots, t_info) = ctx.b, ctx.out_types
     dtype = compute_dtype(real_dtype(t_lu.dtype))
-    lu, pivots = lu_factor(b, list(_planes(b, a, ctx.in_types[0], dtype)), t_lu.shape, dtype)
+    lu, pivots = lu_factor(b, planes(b, a, ctx.in_types[0], 2, dtype), t_lu.shape, dtype)
     zero = b.const(np.zeros((), dtype))
     failed = b.op("And", *(b.op("Equal", diagonal(b, x, *t_lu.shape[-2:], dtype), zero) for x in lu))
-    return (_pairs(b, Z(*lu), t_lu), reshape_to(b, pivots, list(t_pivots.shape)),
+    return (join(b, lu, t_lu), reshape_to(b, pivots, list(t_pivots.shape)),
             first_failure(b, failed, t_info))
 
 
@@ -103,19 +87,16 @@ def getrf(ctx: RuleContext, a):
 def geqrf(ctx: RuleContext, a):
     b, (t_qr, t_taus) = ctx.b, ctx.out_types
     dtype = compute_dtype(real_dtype(t_qr.dtype))
-    qr, taus = qr_factor(b, list(_planes(b, a, ctx.in_types[0], dtype)), t_qr.shape, dtype)
-    return _pairs(b, Z(*qr), t_qr), _pairs(b, Z(*taus), t_taus)
+    qr, taus = qr_factor(b, planes(b, a, ctx.in_types[0], 2, dtype), t_qr.shape, dtype)
+    return join(b, qr, t_qr), join(b, taus, t_taus)
 
 
 @register_custom_call("lapack_cungqr_ffi", "lapack_zungqr_ffi")
 def ungqr(ctx: RuleContext, a, taus):
     b, out = ctx.b, ctx.out_type
     dtype = compute_dtype(real_dtype(out.dtype))
-    k = ctx.in_types[1].shape[-1]
-    pairs = reshape_to(b, b.cast(taus, dtype), [prod(out.shape[:-2]), k, 2])
-    tau_planes = list(b.ops("Split", pairs, b.shape_const([1, 1]), num_outputs=2, axis=-1))  # (B, k, 1) each
-    reflectors = list(_planes(b, a, ctx.in_types[0], dtype))
-    return _pairs(b, Z(*householder_q(b, reflectors, tau_planes, out.shape, k, dtype)), out)
+    reflectors, tau_planes = planes(b, a, ctx.in_types[0], 2, dtype), planes(b, taus, ctx.in_types[1], 1, dtype)
+    return join(b, householder_q(b, reflectors, tau_planes, out.shape, ctx.in_types[1].shape[-1], dtype), out)
 
 
 @register_custom_call("lapack_ctrsm_ffi", "lapack_ztrsm_ffi")
@@ -124,9 +105,9 @@ def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: 
     b, out = ctx.b, ctx.out_type
     dtype = compute_dtype(real_dtype(out.dtype))
     lower, unit = uplo == ord("L"), diag == ord("U")
-    matrix, x = _planes(b, a, ctx.in_types[0], dtype), _planes(b, rhs, ctx.in_types[1], dtype)
+    matrix, x = Z(*planes(b, a, ctx.in_types[0], 2, dtype)), Z(*planes(b, rhs, ctx.in_types[1], 2, dtype))
     if trans_x == ord("C"):
-        matrix = Z(matrix.re, b.op("Neg", matrix.im))
+        matrix = Z(*conj(b, list(matrix)))
     transpose = trans_x != ord("N")
     if side != ord("L"):  # X op(A) = B  <=>  op(A)^T X^T = B^T (a plain transpose)
         x, transpose = _transposed(b, x), not transpose
@@ -152,11 +133,11 @@ def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: 
     y = Z(*(b.op("Gather", rows, b.const(np.int64(p)), axis=2) for p in (0, 1)))
     if pivots is not None:
         # LAPACK's division: a zero pivot gives NaN (XLA's own rule would give inf).
-        y = divide(b, dtype, y, Z(*(b.op("Transpose", v, perm=[0, 2, 1]) for v in pivots)), xla_zero_divisor=False)
+        y = divide(b, dtype, y, _transposed(b, pivots), xla_zero_divisor=False)
     if side != ord("L"):
         y = _transposed(b, y)
-    return _pairs(b, y, out)
+    return join(b, y, out)
 
 
 def _transposed(b: Builder, z: Z) -> Z:
-    return Z(*(b.op("Transpose", v, perm=[0, 2, 1]) for v in z))
+    return Z(*(transposed(b, v) for v in z))

@@ -32,7 +32,8 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder, graph_input
-from hlo2onnx.ops.linalg_kit import compute_dtype, diagonal, flat, iota, loop, loop_step, transposed, unflat
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, conj, diagonal, flat, iota, join, loop, loop_step,
+                                      matmul, planes, sum_squares, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.types import TensorType, set_type
@@ -256,8 +257,7 @@ def heevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
     if batch * n == 0:
         return _empty(b, ctx.out_types)
-    plane_type = TensorType(ctx.in_types[0].shape, dtype)
-    re, im = (flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1))
+    re, im = planes(b, a, ctx.in_types[0], 2, dtype)
     row, col, triangle = _stored_triangle(b, n, uplo)
     zero = b.const(np.zeros((), dtype))
     # The Hermitian matrix of the triangle; LAPACK takes the diagonal as real.
@@ -268,11 +268,7 @@ def heevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     if n > 1:
         re, im, w_re, w_im = _jacobi_heevd(b, [re, im, w_re, w_im], batch, n, dtype)
     values, (w_re, w_im) = _sort_rows(b, diagonal(b, re, n, n, dtype), [w_re, w_im], n, largest=False)
-    # V = W^H, joined into (real, imag) pairs.
-    planes = [b.op("Unsqueeze", x, b.shape_const([3]))
-              for x in (transposed(b, w_re), b.op("Neg", transposed(b, w_im)))]
-    vectors = reshape_to(b, b.op("Concat", *planes, axis=3), list(t_vectors.storage.shape))
-    return vectors, unflat(b, values, t_values), info
+    return join(b, adjoint(b, [w_re, w_im]), t_vectors), unflat(b, values, t_values), info  # V = W^H
 
 
 def _jacobi_heevd(b: Builder, inits: list[ir.Value], batch: int, n: int, dtype: np.dtype) -> list[ir.Value]:
@@ -323,13 +319,10 @@ def gesdd(ctx: RuleContext, a, *, mode: int):
     in_type = ctx.in_types[0]
     *_, m, n = in_type.shape
     batch, k, l = prod(in_type.shape[:-2]), min(m, n), max(m, n)
-    complex_ = in_type.storage.shape != in_type.shape
-    plane_type = TensorType(in_type.shape, dtype)
-    x = [flat(b, b.op("Gather", a, b.const(np.int64(i)), axis=-1), plane_type, 2, dtype) for i in (0, 1)] \
-        if complex_ else [flat(b, a, in_type, 2, dtype)]
+    x = planes(b, a, in_type, 2, dtype)
     info = _info(b, x[0], dtype, t_info) if len(x) == 1 else b.op("Max", *(_info(b, v, dtype, t_info) for v in x))
     # The rows of A^T (of conj(A), when wide) are orthogonalized: A^T = conj(V) S U^T (A^H = V S U^H).
-    rows = [transposed(b, v) for v in x] if m >= n else _conj(b, x)
+    rows = [transposed(b, v) for v in x] if m >= n else conj(b, x)
     vectors = mode != ord("N")
     sigma, u_rows, w, good = _one_sided_jacobi(b, rows, batch, k, l, dtype, vectors)
     if not vectors:  # LAPACK leaves U and Vt as they were
@@ -337,43 +330,10 @@ def gesdd(ctx: RuleContext, a, *, mode: int):
         return a, unflat(b, sigma, t_s), *zeros, info
     u_rows = _complete(b, u_rows, good, batch, k, l, l if mode == ord("A") else k, dtype)
     if m >= n:  # A = (rows^T) S (W^T)^H
-        u, vt = [transposed(b, v) for v in u_rows], _conj(b, w)
+        u, vt = [transposed(b, v) for v in u_rows], conj(b, w)
     else:  # A = W^T S conj(rows)
-        u, vt = [transposed(b, v) for v in w], _conj(b, u_rows)
-    return a, unflat(b, sigma, t_s), _join(b, u, t_u), _join(b, vt, t_vt), info
-
-
-Planes = list  # a real matrix as [x], a complex one as [real, imag]
-
-
-def _conj(b: Builder, x: Planes) -> Planes:
-    return x if len(x) == 1 else [x[0], b.op("Neg", x[1])]
-
-
-def _join(b: Builder, x: Planes, ttype: TensorType) -> ir.Value:
-    """Planes -> a result of type `ttype` (complex ones as (real, imag) pairs)."""
-    if len(x) == 1:
-        return unflat(b, x[0], ttype)
-    pairs = b.op("Concat", *(b.op("Unsqueeze", v, b.shape_const([3])) for v in x), axis=3)
-    return reshape_to(b, pairs, list(ttype.storage.shape))
-
-
-def _matmul(b: Builder, x: Planes, y: Planes) -> Planes:
-    if len(x) == 1:
-        return [b.op("MatMul", x[0], y[0])]
-    (xr, xi), (yr, yi) = x, y
-    return [b.op("Sub", b.op("MatMul", xr, yr), b.op("MatMul", xi, yi)),
-            b.op("Add", b.op("MatMul", xr, yi), b.op("MatMul", xi, yr))]
-
-
-def _sum_squares(b: Builder, x: Planes, axes: list[int], keepdims: int = 1) -> ir.Value:
-    """Sum of |x|^2 over `axes`, both planes of a complex x."""
-    sums = [b.op("ReduceSumSquare", v, b.shape_const(axes), keepdims=keepdims) for v in x]
-    return sums[0] if len(sums) == 1 else b.op("Add", *sums)
-
-
-def _adjoint(b: Builder, x: Planes) -> Planes:
-    return _conj(b, [transposed(b, v) for v in x])
+        u, vt = [transposed(b, v) for v in w], conj(b, u_rows)
+    return a, unflat(b, sigma, t_s), join(b, u, t_u), join(b, vt, t_vt), info
 
 
 def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: np.dtype, vectors: bool):
@@ -395,7 +355,7 @@ def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: 
             xs = [[sb.op("Slice", v, sb.shape_const([0]), cols, axis) if vectors else v for v in pair]
                   for pair in pairs]  # [(re_p, re_q), (im_p, im_q)]
             dot = lambda u, v: sb.op("ReduceSum", sb.op("Mul", u, v), axis, keepdims=1)
-            alpha, beta = (_sum_squares(sb, [pair[j] for pair in xs], [2]) for j in (0, 1))
+            alpha, beta = (sum_squares(sb, [pair[j] for pair in xs], [2]) for j in (0, 1))
             g_re = dot(*xs[0]) if len(xs) == 1 else sb.op("Add", dot(*xs[0]), dot(*xs[1]))
             size = sb.op("Abs", g_re)
             if len(xs) > 1:  # g = sum conj(p) q
@@ -418,7 +378,7 @@ def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: 
 
         z = _jacobi(b, "gesdd", k, batch, z, [TensorType((batch, k, width), dtype)] * len(z), rotate)
     x = [b.op("Slice", v, b.shape_const([0]), b.shape_const([l]), b.shape_const([2])) for v in z] if vectors else z
-    norms = b.op("Sqrt", _sum_squares(b, x, [2], keepdims=0))
+    norms = b.op("Sqrt", sum_squares(b, x, [2], keepdims=0))
     if not vectors:
         return _sort_rows(b, norms, [], k, largest=True)[0], None, None, None
     w = [b.op("Slice", v, b.shape_const([l]), b.shape_const([l + k]), b.shape_const([2])) for v in z]
@@ -444,7 +404,7 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
         x = [sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", v, loop_step(sb, j), axis=2), zero)
              for v in r]
         alpha = [sb.op("Gather", v, loop_step(sb, j), axis=1) for v in x]
-        norm = sb.op("Sqrt", _sum_squares(sb, x, [1]))
+        norm = sb.op("Sqrt", sum_squares(sb, x, [1]))
         # beta = -phase(alpha) ||x|| (phase(0) = 1): v = x - beta e_j has no cancellation at j.
         size = sb.op("Sqrt", sb.op("Add", *(sb.op("Mul", v, v) for v in alpha))) if planes > 1 else \
             sb.op("Abs", alpha[0])  # |alpha|
@@ -454,14 +414,14 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
             phase.append(sb.op("Where", nonzero, sb.op("Div", alpha[1], sb.op("Where", nonzero, size, one)), zero))
         v = [sb.op("Where", sb.op("Equal", row, j), sb.op("Add", a, sb.op("Mul", ph, norm)), xv)
              for a, ph, xv in zip(alpha, phase, x)]
-        vv = _sum_squares(sb, v, [1])
+        vv = sum_squares(sb, v, [1])
         # H = I - (2 / v^H v) v v^H; a zero column (a zero singular value) leaves H = I.
         two = sb.const(np.asarray(2, dtype))
         empty = sb.op("Equal", vv, zero)
         scale = sb.op("Where", empty, zero, sb.op("Div", two, sb.op("Where", empty, two, vv)))
         sv = [sb.op("Mul", scale, p) for p in v]
-        r = [sb.op("Sub", p, u) for p, u in zip(r, _matmul(sb, sv, _matmul(sb, _adjoint(sb, v), r)))]
-        q = [sb.op("Sub", p, u) for p, u in zip(q, _matmul(sb, _matmul(sb, q, v), _adjoint(sb, sv)))]
+        r = [sb.op("Sub", p, u) for p, u in zip(r, matmul(sb, sv, matmul(sb, adjoint(sb, v), r)))]
+        q = [sb.op("Sub", p, u) for p, u in zip(q, matmul(sb, matmul(sb, q, v), adjoint(sb, sv)))]
         return [*r, *q], []
 
     eye = [_eye(b, batch, l, dtype), b.splat(0, dtype, (batch, l, l))][:planes]

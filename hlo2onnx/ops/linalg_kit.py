@@ -1,5 +1,6 @@
-"""The kit the linear-algebra rules share (linalg.py, linalg_eig.py): batched (B, rows, cols) views,
-index constants, and an ONNX Loop over the columns whose body works on whole batches."""
+"""The kit the linear-algebra rules share (linalg.py, linalg_eig.py, linalg_complex.py): batched (B, rows, cols)
+views, matrices as planes (one real matrix, or a complex one's real and imaginary parts), index constants,
+and an ONNX Loop over the columns whose body works on whole batches."""
 from __future__ import annotations
 
 from math import prod
@@ -37,6 +38,47 @@ def unflat(b: Builder, x: ir.Value, ttype: TensorType) -> ir.Value:
     """The inverse of flat, for a result of type `ttype`."""
     x = reshape_to(b, x, list(ttype.shape))
     return x if compute_dtype(ttype.dtype) == ttype.dtype else b.cast(x, ttype.dtype)
+
+
+Planes = list  # a real matrix as [x], a complex one as [real, imag]
+
+
+def planes(b: Builder, x: ir.Value, ttype: TensorType, core: int, dtype: np.dtype) -> Planes:
+    """`flat` for each plane of an input: [x] if real, [real, imag] if complex (held as pairs)."""
+    if ttype.storage.shape == ttype.shape:
+        return [flat(b, x, ttype, core, dtype)]
+    plane_type = TensorType(ttype.shape, dtype)
+    return [flat(b, b.op("Gather", x, b.const(np.int64(i)), axis=-1), plane_type, core, dtype) for i in (0, 1)]
+
+
+def join(b: Builder, x: Planes, ttype: TensorType) -> ir.Value:
+    """Planes -> a result of type `ttype` (complex ones as (real, imag) pairs)."""
+    if len(x) == 1:
+        return unflat(b, x[0], ttype)
+    pairs = b.op("Concat", *(b.op("Unsqueeze", v, b.shape_const([-1])) for v in x), axis=-1)
+    return reshape_to(b, pairs, list(ttype.storage.shape))
+
+
+def conj(b: Builder, x: Planes) -> Planes:
+    return x if len(x) == 1 else [x[0], b.op("Neg", x[1])]
+
+
+def adjoint(b: Builder, x: Planes) -> Planes:
+    return conj(b, [transposed(b, v) for v in x])
+
+
+def matmul(b: Builder, x: Planes, y: Planes) -> Planes:
+    if len(x) == 1:
+        return [b.op("MatMul", x[0], y[0])]
+    (xr, xi), (yr, yi) = x, y
+    return [b.op("Sub", b.op("MatMul", xr, yr), b.op("MatMul", xi, yi)),
+            b.op("Add", b.op("MatMul", xr, yi), b.op("MatMul", xi, yr))]
+
+
+def sum_squares(b: Builder, x: Planes, axes: list[int], keepdims: int = 1) -> ir.Value:
+    """Sum of |x|^2 over `axes`, both planes of a complex x."""
+    sums = [b.op("ReduceSumSquare", v, b.shape_const(axes), keepdims=keepdims) for v in x]
+    return sums[0] if len(sums) == 1 else b.op("Add", *sums)
 
 
 def iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
