@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -33,6 +31,7 @@ sys.path.insert(0, str(HERE.parent / "samples"))
 sys.path.insert(0, str(HERE))
 import bench_models  # noqa: E402
 import bench_samples  # noqa: E402
+from bench_mnist import steady  # noqa: E402  one timing method for every benchmark
 
 from mnjit import mnjit  # noqa: E402
 
@@ -90,19 +89,6 @@ WORKLOADS = {
 }
 
 
-def interleaved(fns: dict, args, rounds: int, calls: int) -> dict[str, float]:
-    """Median seconds per call over `rounds`; within a round the candidates alternate, so they share the noise."""
-    samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                out = fn(*args)
-            jax.block_until_ready(out)
-            samples[name].append((time.perf_counter() - start) / calls)
-    return {name: statistics.median(s) for name, s in samples.items()}
-
-
 def measure(name: str, rounds: int, quick: bool) -> float:
     label, x64, make = WORKLOADS[name]
     with jax.enable_x64(x64):
@@ -111,7 +97,7 @@ def measure(name: str, rounds: int, quick: bool) -> float:
         for f in fns.values():  # first calls: trace, convert or compile, and warm up
             jax.block_until_ready(f(*args))
             jax.block_until_ready(f(*args))
-        times = interleaved(fns, args, rounds, calls)
+        times = steady(fns, args, rounds, calls)
     ratio = times["mnjit"] / times["jax.jit"]
     load = os.getloadavg()[0]
     print(f"{label:36s} mnjit {times['mnjit'] * 1e3:9.3f} ms  jax.jit {times['jax.jit'] * 1e3:9.3f} ms  "
