@@ -163,7 +163,7 @@ def _fast_call_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out
     if target.runtime != "onnxruntime" or target.device != "cpu":
         return None
     session = ffi.create(model, [_physical(a) for a in in_avals], [_physical(a) for a in out_avals])
-    return _FastCall(session, in_avals, out_avals) if session is not None else None
+    return _FastCall(session, in_avals, out_avals) if session is not None and session.runs_in_jit() else None
 
 
 class _FastCall:

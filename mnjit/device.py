@@ -71,6 +71,11 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
         from mnjit.cuda_runner import CudaOrtRunner
 
         return CudaOrtRunner(model, in_avals, out_avals, target.providers)
+    from mnjit import ffi
+
+    session = ffi.create(model, in_avals, out_avals)  # mnjit's own ORT environment and thread pool
+    if session is not None:
+        return ffi.FfiRunner(session, in_avals, out_avals)
     from mnjit.runtime import OrtRunner
 
     return OrtRunner(model, in_avals, out_avals, target.providers)

@@ -5,6 +5,9 @@ XLA's argument buffers and writes into the result buffers XLA allocated, with no
 between (docs/runtime.md has the measurements). The extension is compiled on first use
 with the system's C++ compiler against the XLA FFI headers that jaxlib ships, and cached;
 without a compiler, mnjit keeps its Python path and says why in `status()`.
+
+The same sessions serve mnjit's Python path (FfiRunner: slow runs and while loops, which must stay
+interruptible), and all of them share one intra-op thread pool (docs/runtime.md, Threads).
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from math import prod
 from pathlib import Path
 from typing import Sequence
 
@@ -35,6 +40,7 @@ _ONNX_TYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8)
 _COMPLEX = {np.dtype(np.complex64): 1, np.dtype(np.complex128): 11}
 _ERROR_SIZE = 1024
 MAX_WEIGHT_BYTES = 16 << 20
+_ARRAY_TYPE = type(jax.numpy.zeros(()))
 
 
 class _Library:
@@ -110,8 +116,8 @@ def _load() -> ctypes.CDLL:
         raise RuntimeError("the ORT custom call is built for Linux only")
     lib = ctypes.CDLL(str(_build()))
     c = ctypes
-    lib.ort_ffi_init.argtypes = [c.c_char_p, c.c_char_p, c.c_size_t]
-    lib.ort_ffi_create.argtypes = [c.c_char_p, c.c_size_t, c.c_int, c.c_char_p, c.c_int64, c.c_char_p, c.c_int64,
+    lib.ort_ffi_init.argtypes = [c.c_char_p, c.c_int, c.c_char_p, c.c_size_t]
+    lib.ort_ffi_create.argtypes = [c.c_char_p, c.c_size_t, c.c_char_p, c.c_int64, c.c_char_p, c.c_int64,
                                    c.POINTER(c.c_int64), c.c_char_p, c.c_size_t]
     lib.ort_ffi_create.restype = c.c_int64
     lib.ort_ffi_release.argtypes = [c.c_int64]
@@ -120,9 +126,13 @@ def _load() -> ctypes.CDLL:
     lib.ort_ffi_terminate.argtypes = [c.c_void_p]
     lib.ort_ffi_release_run_options.argtypes = [c.c_void_p]
     lib.ort_ffi_probe.restype = c.c_double
+    lib.ort_ffi_run.argtypes = [c.c_int64, c.c_void_p, c.POINTER(c.c_void_p), c.POINTER(c.c_void_p), c.c_char_p,
+                                c.c_size_t]
     error = ctypes.create_string_buffer(_ERROR_SIZE)
-    if lib.ort_ffi_init(_ort_library().encode(), error, _ERROR_SIZE) != 0:
+    threads = runtime.intra_op_threads()
+    if lib.ort_ffi_init(_ort_library().encode(), threads, error, _ERROR_SIZE) != 0:
         raise RuntimeError(f"ONNX Runtime's C API: {error.value.decode(errors='replace')}")
+    runtime.pool_created(threads)
     jax.ffi.register_ffi_target(_TARGET_NAME, jax.ffi.pycapsule(lib.MnjitOrtRun), platform="cpu")
     return lib
 
@@ -142,46 +152,53 @@ def _tensor_spec(aval) -> list[int] | None:
 class FfiSession:
     """One ORT session behind the custom call; `call` emits it inside a jax trace."""
 
-    def __init__(self, lib: ctypes.CDLL, handle: int, out_avals: Sequence) -> None:
+    def __init__(self, lib: ctypes.CDLL, handle: int, out_avals: Sequence, bounded: bool) -> None:
         self._lib, self.handle = lib, handle
+        self.bounded = bounded  # no while loop: the run time cannot hang on the data
         self._results = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
         self._call = jax.ffi.ffi_call(_TARGET_NAME, self._results)
 
     def call(self, *leaves) -> list:
         return list(self._call(*leaves, session=np.int64(self.handle)))
 
-    def runs_fast(self, limit: float) -> bool:
-        """Whether one run on zero-filled inputs ends within `limit` seconds.
-
-        The probe runs on a worker thread (ctypes releases the GIL) and is terminated at the limit, so it
-        costs at most `limit`, and Ctrl-C on the waiting thread ends it too.
-        """
+    def runs_in_jit(self) -> bool:
+        """Whether jax.jit may run this session as a custom call, which Ctrl-C cannot end: only when its run
+        time cannot hang on the data (no while loop) and one run on zero-filled inputs ends within
+        SLOW_RUN_SECONDS (the probe is terminated there, and by Ctrl-C)."""
+        if not self.bounded:
+            return False
         lib, error = self._lib, ctypes.create_string_buffer(_ERROR_SIZE)
         run_options = lib.ort_ffi_run_options()
         if not run_options:
             return False
-        finished = threading.Lock()
-        finished.acquire()
-        took: list[float] = []
-
-        def work() -> None:
-            try:
-                took.append(lib.ort_ffi_probe(self.handle, run_options, error, _ERROR_SIZE))
-            finally:
-                finished.release()
-
-        threading.Thread(target=work, name="mnjit-probe", daemon=True).start()
+        limit = runtime.SLOW_RUN_SECONDS
         try:
-            if not finished.acquire(timeout=limit):
-                lib.ort_ffi_terminate(run_options)
-                finished.acquire()
-        except KeyboardInterrupt:
-            lib.ort_ffi_terminate(run_options)
-            finished.acquire()  # ORT checks the flag between kernels and in Loop bodies
-            raise
+            took = runtime.run_interruptibly(lambda: lib.ort_ffi_probe(self.handle, run_options, error, _ERROR_SIZE),
+                                             lambda: lib.ort_ffi_terminate(run_options), limit)
         finally:
             lib.ort_ffi_release_run_options(run_options)
-        return 0 <= took[0] <= limit
+        return took is not None and 0 <= took <= limit
+
+    def run(self, inputs: Sequence[int], outputs: Sequence[int], interruptible: bool) -> None:
+        """Runs on buffers given by address (inputs, then outputs); Ctrl-C ends an `interruptible` run."""
+        lib, error = self._lib, ctypes.create_string_buffer(_ERROR_SIZE)
+        pointers = (ctypes.c_void_p * (len(inputs) + len(outputs)))(*inputs, *outputs)
+        outs = ctypes.cast(ctypes.byref(pointers, len(inputs) * ctypes.sizeof(ctypes.c_void_p)),
+                           ctypes.POINTER(ctypes.c_void_p))
+        if not interruptible:
+            failed = lib.ort_ffi_run(self.handle, None, pointers, outs, error, _ERROR_SIZE)
+        else:
+            run_options = lib.ort_ffi_run_options()
+            if not run_options:
+                raise MemoryError("ONNX Runtime could not create run options")
+            try:
+                failed = runtime.run_interruptibly(
+                    lambda: lib.ort_ffi_run(self.handle, run_options, pointers, outs, error, _ERROR_SIZE),
+                    lambda: lib.ort_ffi_terminate(run_options))
+            finally:
+                lib.ort_ffi_release_run_options(run_options)
+        if failed:
+            raise RuntimeError(f"ONNX Runtime: {error.value.decode(errors='replace')}")
 
     def __del__(self) -> None:
         self._lib.ort_ffi_release(self.handle)
@@ -194,21 +211,17 @@ def _fixed_trip_count(loop: ir.Node) -> bool:
 
 
 def create(model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> FfiSession | None:
-    """A session for the custom call, or None where mnjit's Python path must run the model instead:
+    """A session on mnjit's own ORT environment (its shared thread pool), or None where mnjit's Python
+    module session must run the model instead:
 
-    - a model with a while loop (a Loop without a constant trip count), or one whose probe run takes
-      longer than SLOW_RUN_SECONDS, keeps the Python path, whose runs Ctrl-C can end (a custom call
-      cannot be interrupted);
     - weights above MAX_WEIGHT_BYTES stay with the Python path, which hands them to ORT without a copy
       (this session gets them serialized);
-    - dtypes ORT has no C type for (float8, int4) stay there too.
+    - dtypes ORT has no C type for (float8, int4) stay there too, as does everything when the extension
+      cannot be built (`status()` says why).
     """
     lib = _LIBRARY.get()
     specs = [_tensor_spec(a) for a in [*in_avals, *out_avals]]
     if lib is None or any(s is None for s in specs) or not out_avals:
-        return None
-    if any(node.op_type == "Scan" or node.op_type == "Loop" and not _fixed_trip_count(node)
-           for node in model.graph.all_nodes()):
         return None
     weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     if weights > MAX_WEIGHT_BYTES:
@@ -217,10 +230,55 @@ def create(model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> FfiSessi
     names = [[v.name.encode() for v in values] for values in (model.graph.inputs, model.graph.outputs)]
     flat = [n for spec in specs for n in spec]
     error = ctypes.create_string_buffer(_ERROR_SIZE)
-    handle = lib.ort_ffi_create(model_bytes, len(model_bytes), runtime.intra_op_threads(),
-                                b"\0".join(names[0]) + b"\0", len(names[0]), b"\0".join(names[1]) + b"\0",
-                                len(names[1]), (ctypes.c_int64 * len(flat))(*flat), error, _ERROR_SIZE)
+    handle = lib.ort_ffi_create(model_bytes, len(model_bytes), b"\0".join(names[0]) + b"\0", len(names[0]),
+                                b"\0".join(names[1]) + b"\0", len(names[1]), (ctypes.c_int64 * len(flat))(*flat),
+                                error, _ERROR_SIZE)
     if not handle:
         return None  # the Python path creates its own session and reports ORT's error
-    session = FfiSession(lib, handle, out_avals)
-    return session if session.runs_fast(runtime.SLOW_RUN_SECONDS) else None
+    bounded = not any(node.op_type == "Scan" or node.op_type == "Loop" and not _fixed_trip_count(node)
+                      for node in model.graph.all_nodes())
+    return FfiSession(lib, handle, out_avals, bounded)
+
+
+class FfiRunner:
+    """Runs an FfiSession outside jax.jit (the Python path: slow runs, while loops, capped caches) on
+    caller-owned buffers: jax arrays in by address, fresh 64-byte-aligned numpy outputs that jax imports
+    without a copy. Slow runs go through a worker thread, so that Ctrl-C ends them."""
+
+    def __init__(self, session: FfiSession, in_avals: Sequence, out_avals: Sequence) -> None:
+        self.session = session
+        self.in_dtypes = [np.dtype(a.dtype) for a in in_avals]
+        self.outs = [(tuple(int(d) for d in a.shape), np.dtype(a.dtype)) for a in out_avals]
+        self.weak = [i for i, a in enumerate(out_avals) if getattr(a, "weak_type", False)]
+        self.device = jax.devices("cpu")[0]
+        self._slow = True  # until a run shows otherwise: the first run may be long
+
+    def run(self, leaves: Sequence) -> list[jax.Array]:
+        keep_alive, inputs = [], []  # converted leaves must live until the run ends
+        for leaf, dtype in zip(leaves, self.in_dtypes):
+            if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype:
+                leaf.block_until_ready()  # jax computes asynchronously; the address is only valid once ready
+                inputs.append(leaf.unsafe_buffer_pointer())
+                continue
+            # numpy leaves may need jax's dtype canonicalization (int64 -> int32 without x64)
+            array = np.ascontiguousarray(np.asarray(leaf, dtype=dtype))
+            keep_alive.append(array)
+            inputs.append(array.ctypes.data)
+        outputs = [_aligned_empty(shape, dtype) for shape, dtype in self.outs]
+        interruptible = self._slow and threading.current_thread() is threading.main_thread()
+        start = time.perf_counter()
+        self.session.run(inputs, [o.ctypes.data for o in outputs], interruptible)
+        if interruptible:
+            self._slow = time.perf_counter() - start > runtime.SLOW_RUN_SECONDS
+        results = [runtime.host_to_jax(o, self.device) for o in outputs]
+        for i in self.weak:
+            results[i] = runtime.mark_weak(results[i])
+        return results
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized array whose buffer starts on a 64-byte boundary: jax imports it without a copy."""
+    nbytes = prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    offset = -raw.ctypes.data % 64
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)

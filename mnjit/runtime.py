@@ -1,17 +1,19 @@
-"""Runs an ONNX model on ONNX Runtime with jax.Arrays in and out.
+"""Runs an ONNX model on ORT's Python module with jax.Arrays in and out: the runner for what mnjit's own C
+session (mnjit/ffi.py) cannot take (weights over 16 MB, which this path hands to ORT in place; float8/int4),
+and the helpers both paths share (threads, interruptible runs, DLPack import, weak types).
 
 The per-call path binds each jax array's buffer to ORT by address through a
 C-level IOBinding and imports ORT's outputs into jax through DLPack, so no
 array is copied. The public wrappers cost tens of microseconds per call
 (docs/runtime.md). The C-level ones are private to ORT and jaxlib, which is
-why both are pinned to a checked range in setup.cfg; short runs take mnjit's
-fast path instead (mnjit/ffi.py).
+why both are pinned to a checked range in setup.cfg.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import jax
 import ml_dtypes
@@ -40,29 +42,40 @@ SLOW_RUN_SECONDS = 0.02
 
 
 # -- threads ------------------------------------------------------------------------------------------
-_threads = {"intra_op": 1}
+# mnjit's sessions run on one intra-op pool (mnjit/ffi.py): created with the first session, sized here.
+_threads: dict = {"intra_op": None, "pool": None}
+_MAX_DEFAULT_THREADS = 8
 
 
 def set_intra_op_threads(count: int) -> None:
-    """Sets how many threads each new ORT session of mnjit's computes a kernel with (default 1).
+    """Sets how many threads ORT computes a kernel with: the caller's and count - 1 pool threads.
 
-    With 1, kernels run on the calling thread: sessions start no pool threads, so OS
-    threads stay flat however many signatures are cached, and nothing spins between
-    kernels. A count n > 1 gives each session its own pool of n - 1 sleeping threads:
-    faster large kernels on an idle machine (FIRE N=1000: 58 ms against 80 ms with 1,
-    on 2 cores), at n - 1 OS threads per signature. ORT's process-wide pool is not
-    used: once set, ORT refuses every session in the process that keeps per-session
-    threads (its default, so other ORT users would break), and its threads always
-    spin (docs/runtime.md).
+    mnjit's sessions share one pool (the caller's thread counts as one of its threads), so OS threads stay
+    flat however many signatures are cached, and its threads sleep between kernels. The default is one
+    thread per core available to the process, at most 8. The pool is made with the first session: set the
+    count before, a different count afterwards raises RuntimeError. Sessions the pool cannot serve (weights
+    over mnjit.ffi.MAX_WEIGHT_BYTES, float8/int4 dtypes, no C++ compiler: mnjit.ffi.status()) compute on the
+    calling thread unless a count is set, which gives each of them a pool of its own.
     """
-    if not isinstance(count, int) or count < 1:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"intra-op threads must be a positive integer, got {count!r}")
+    if _threads["pool"] is not None and _threads["pool"] != count:
+        raise RuntimeError(f"mnjit's ORT thread pool already runs {_threads['pool']} threads; set the count "
+                           "before the first call")
     _threads["intra_op"] = count
 
 
 def intra_op_threads() -> int:
-    """The thread count new sessions get (set_intra_op_threads)."""
-    return _threads["intra_op"]
+    """The thread count of mnjit's shared pool (set_intra_op_threads)."""
+    if _threads["intra_op"] is not None:
+        return _threads["intra_op"]
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      _MAX_DEFAULT_THREADS))
+
+
+def pool_created(count: int) -> None:
+    """Records the size of the pool mnjit.ffi created: later counts must match it."""
+    _threads["pool"] = count
 
 
 def session_options() -> ort.SessionOptions:
@@ -71,7 +84,9 @@ def session_options() -> ort.SessionOptions:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
-    options.intra_op_num_threads = _threads["intra_op"]
+    # No shared pool reaches these sessions (they are ORT's Python module's): the calling thread only, unless
+    # a count was set.
+    options.intra_op_num_threads = _threads["intra_op"] or 1
     options.inter_op_num_threads = 1
     # ORT's pool threads spin between kernels by default. With other work on the cores (a loaded
     # 2-core machine, measured), spinning made the CFD rollout 2.3x and the FIRE step 1.7x slower than
@@ -197,42 +212,17 @@ class OrtRunner:
         return binding.get_outputs().to_dlpacks(None)
 
     def _run_interruptible(self, leaves: Sequence) -> list[jax.Array]:
-        """Runs on a worker thread so that Ctrl-C reaches this (main) thread and ends the run through
-        RunOptions.terminate; ORT's run otherwise holds the main thread until it returns."""
         run_options = _C.RunOptions()
         run_options.log_severity_level = 3  # a terminated run is not worth an error line on stderr
-        result: list = []
-        # The worker releases `finished` when done; a plain lock, because a Thread.join interrupted by
-        # KeyboardInterrupt can return early on a later join, and the process would then exit under a
-        # running ORT call (std::terminate, measured).
-        finished = threading.Lock()
-        finished.acquire()
 
-        def work():
-            try:
-                result.append(self._run_bound(_C.SessionIOBinding(self._c_session), leaves, run_options))
-            except Exception as e:  # handed to the caller below
-                result.append(e)
-            finally:
-                finished.release()
+        def terminate():
+            run_options.terminate = True
 
         start = time.perf_counter()
-        threading.Thread(target=work, name="mnjit-run", daemon=True).start()
-        try:
-            finished.acquire()
-        except KeyboardInterrupt:
-            run_options.terminate = True  # ORT checks it between kernels and inside Loop bodies
-            while True:
-                try:
-                    finished.acquire()
-                    break
-                except KeyboardInterrupt:  # a second Ctrl-C: the run is already being ended
-                    continue
-            raise
+        capsules = run_interruptibly(
+            lambda: self._run_bound(_C.SessionIOBinding(self._c_session), leaves, run_options), terminate)
         self._slow = time.perf_counter() - start > SLOW_RUN_SECONDS
-        if isinstance(result[0], Exception):
-            raise result[0]
-        return self._to_jax(result[0])
+        return self._to_jax(capsules)
 
     def _to_jax(self, capsules: list) -> list[jax.Array]:
         if self._plain_out:
@@ -259,6 +249,55 @@ class OrtRunner:
         for i in self._weak:
             outputs[i] = mark_weak(outputs[i])
         return outputs
+
+
+
+T = TypeVar("T")
+
+
+def run_interruptibly(work: Callable[[], T], terminate: Callable[[], None], limit: float | None = None) -> T | None:
+    """`work()` on a worker thread, so that Ctrl-C reaches the calling (main) thread, which then calls
+    `terminate()` (ORT checks its run options' flag between kernels and inside Loop bodies), waits for the
+    run to end and re-raises. With a `limit` in seconds, a longer run is terminated and None returned.
+
+    The worker releases a plain lock when done: a Thread.join interrupted by KeyboardInterrupt can return
+    early on a later join, and the process would then exit under a running ORT call (std::terminate,
+    measured). Exceptions of `work` reach the caller.
+    """
+    result: list = []
+    finished = threading.Lock()
+    finished.acquire()
+
+    def worker():
+        try:
+            result.append(work())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            result.append(e)
+        finally:
+            finished.release()
+
+    threading.Thread(target=worker, name="mnjit-run", daemon=True).start()
+    try:
+        if not finished.acquire(timeout=-1 if limit is None else limit):
+            terminate()
+            _wait(finished)
+            return None
+    except KeyboardInterrupt:
+        terminate()
+        _wait(finished)
+        raise
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
+def _wait(finished: threading.Lock) -> None:
+    while True:
+        try:
+            finished.acquire()
+            return
+        except KeyboardInterrupt:  # a second Ctrl-C: the run is already being ended
+            continue
 
 
 def host_to_jax(array: np.ndarray, device) -> jax.Array:

@@ -16,7 +16,7 @@ import pytest
 from jax import lax
 
 from harness import assert_same, rand
-from mnjit import ffi, mnjit
+from mnjit import ffi, mnjit, runtime
 
 pytestmark = pytest.mark.skipif(ffi.status() != "ready", reason=f"fast path off: {ffi.status()}")
 
@@ -133,3 +133,28 @@ def test_clear_cache_retraces():
     fun.clear_cache()
     assert_same(fun(x), jnp.asarray(x) - 1)
     assert fun.translations == 2
+
+
+@pytest.mark.parametrize("name,fun,args", CASES, ids=[c[0] for c in CASES])
+def test_python_path_runs_the_same_session_kind(name, fun, args):
+    """The Python path (here a capped cache) runs mnjit's own C session outside jax.jit, on fresh buffers."""
+    compiled = mnjit(fun, max_cache_size=4)
+    first = compiled(*args)
+    assert_same(first, jax.jit(fun)(*args))
+    (entry,) = compiled._cache.values()
+    assert isinstance(entry.runner, ffi.FfiRunner)
+    again = compiled(*args)
+    leaves = jax.tree_util.tree_leaves(first)
+    assert all(a.unsafe_buffer_pointer() != b.unsafe_buffer_pointer()
+               for a, b in zip(leaves, jax.tree_util.tree_leaves(again)) if a.size)
+    assert_same(first, jax.jit(fun)(*args))  # the second run wrote elsewhere
+
+
+def test_pool_size_is_fixed_once_sessions_exist():
+    mnjit(lambda x: x + 1)(jnp.ones(2))  # the shared pool exists from the first session on
+    count = runtime.intra_op_threads()
+    runtime.set_intra_op_threads(count)  # the same count is fine
+    with pytest.raises(RuntimeError, match="already runs"):
+        runtime.set_intra_op_threads(count + 1)
+    with pytest.raises(ValueError, match="positive integer"):
+        runtime.set_intra_op_threads(0)

@@ -8,7 +8,8 @@
 //
 // ORT is reached through its stable C ABI: OrtApi is a table of function pointers that ORT
 // only ever appends to, so the few slots used here keep their index in every release. The
-// slot numbers below were read off onnxruntime_c_api.h; ort_ffi_init checks the version.
+// slot numbers below were read off onnxruntime_c_api.h (and agree with the static_asserts on offsetof(OrtApi, ...)
+// in onnxruntime_c_api.cc); ort_ffi_init checks the version.
 #include <dlfcn.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -46,7 +47,6 @@ enum Slot : int {
   kRun = 9,
   kCreateSessionOptions = 10,
   kSetGraphOptimizationLevel = 23,
-  kSetIntraOpNumThreads = 24,
   kCreateRunOptions = 39,
   kRunOptionsSetRunLogSeverityLevel = 41,
   kRunOptionsSetTerminate = 46,
@@ -57,6 +57,13 @@ enum Slot : int {
   kReleaseValue = 96,
   kReleaseRunOptions = 97,
   kReleaseSessionOptions = 100,
+  kCreateEnvWithGlobalThreadPools = 119,
+  kDisablePerSessionThreads = 120,
+  kCreateThreadingOptions = 121,
+  kReleaseThreadingOptions = 122,
+  kSetGlobalIntraOpNumThreads = 147,
+  kSetGlobalInterOpNumThreads = 148,
+  kSetGlobalSpinControl = 149,
 };
 
 const Fn* api = nullptr;
@@ -210,8 +217,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MnjitOrtRun, run,
 extern "C" {
 
 // Loads ORT's shared library (the onnxruntime package ships it) and sets up the process-wide
-// environment. Returns 0, or -1 with `error` filled.
-int ort_ffi_init(const char* library_path, char* error, size_t error_size) {
+// environment: one intra-op pool of `threads` (the caller's thread counts as one), shared by every session
+// and sleeping between kernels. This library instance is mnjit's own (the onnxruntime Python module links
+// ORT statically), so its global pool binds no other ORT user in the process. Returns 0, or -1 with `error`.
+int ort_ffi_init(const char* library_path, int threads, char* error, size_t error_size) {
   if (api != nullptr) return 0;
   void* library = dlopen(library_path, RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) { copy_error(dlerror(), error, error_size); return -1; }
@@ -220,7 +229,18 @@ int ort_ffi_init(const char* library_path, char* error, size_t error_size) {
   const Fn* table = get_base()->GetApi(13);
   if (table == nullptr) { copy_error("this ONNX Runtime lacks C API version 13", error, error_size); return -1; }
   api = table;
-  std::string failure = message(slot<Status* (*)(int, const char*, void**)>(kCreateEnv)(3, "mnjit", &env));
+  void* threading = nullptr;
+  std::string failure = message(slot<Status* (*)(void**)>(kCreateThreadingOptions)(&threading));
+  if (failure.empty())
+    failure = message(slot<Status* (*)(void*, int)>(kSetGlobalIntraOpNumThreads)(threading, threads));
+  if (failure.empty())
+    failure = message(slot<Status* (*)(void*, int)>(kSetGlobalInterOpNumThreads)(threading, 1));
+  if (failure.empty())  // spinning pool threads took the cores from XLA's and slowed loaded runs 1.7-2.3x
+    failure = message(slot<Status* (*)(void*, int)>(kSetGlobalSpinControl)(threading, 0));
+  if (failure.empty())
+    failure = message(slot<Status* (*)(int, const char*, const void*, void**)>(kCreateEnvWithGlobalThreadPools)(
+        3, "mnjit", threading, &env));
+  if (threading != nullptr) slot<void (*)(void*)>(kReleaseThreadingOptions)(threading);
   if (failure.empty())
     failure = message(slot<Status* (*)(int, int, void**)>(kCreateCpuMemoryInfo)(0, 0, &cpu_memory));
   if (!failure.empty()) { api = nullptr; copy_error(failure, error, error_size); return -1; }
@@ -229,7 +249,7 @@ int ort_ffi_init(const char* library_path, char* error, size_t error_size) {
 
 // Creates a session from model bytes. `spec` describes the inputs then the outputs as
 // (onnx_type, rank, dims..., bytes); names are NUL-separated. Returns a handle, or 0 with `error`.
-int64_t ort_ffi_create(const void* model, size_t model_size, int intra_op_threads, const char* input_names,
+int64_t ort_ffi_create(const void* model, size_t model_size, const char* input_names,
                        int64_t n_inputs, const char* output_names, int64_t n_outputs, const int64_t* spec,
                        char* error, size_t error_size) {
   auto* s = new Session();
@@ -244,7 +264,7 @@ int64_t ort_ffi_create(const void* model, size_t model_size, int intra_op_thread
   if (failure.empty())  // ORT_ENABLE_ALL, as mnjit's Python sessions
     failure = message(slot<Status* (*)(void*, int)>(kSetGraphOptimizationLevel)(options, 99));
   if (failure.empty())
-    failure = message(slot<Status* (*)(void*, int)>(kSetIntraOpNumThreads)(options, intra_op_threads));
+    failure = message(slot<Status* (*)(void*)>(kDisablePerSessionThreads)(options));  // the env's pool
   if (failure.empty())
     failure = message(slot<Status* (*)(const void*, const void*, size_t, const void*, void**)>(
         kCreateSessionFromArray)(env, model, model_size, options, &s->session));
@@ -286,6 +306,17 @@ void ort_ffi_terminate(void* run_options) {
 }
 
 void ort_ffi_release_run_options(void* run_options) { slot<void (*)(void*)>(kReleaseRunOptions)(run_options); }
+
+// Runs the session on the caller's buffers (data pointers in input then output order; nullptr for zero-size
+// tensors). Returns 0, or -1 with `error` (also when `run_options` was terminated).
+int ort_ffi_run(int64_t handle, void* run_options, void* const* inputs, void* const* outputs, char* error,
+                size_t error_size) {
+  std::shared_ptr<Session> s = lookup(handle);
+  if (s == nullptr) { copy_error("no such session", error, error_size); return -1; }
+  std::string failure = run_session(*s, inputs, outputs, run_options);
+  if (!failure.empty()) { copy_error(failure, error, error_size); return -1; }
+  return 0;
+}
 
 // Runs the session once on zero-filled buffers; returns the seconds it took, or -1 with `error`
 // (also when `run_options` was terminated).
