@@ -277,7 +277,7 @@ def test_report_and_speed():
     module = jax.jit(update).lower(*args).compiler_ir("stablehlo")
     model = hlo2onnx.translate(module, fuse=False)
     report = optimize_report(model, ORT_CPU)
-    assert report.fusions == {"Relu": 2, "MatMulBias": 3, "MatMulTranspose": 5}
+    assert report.fusions == {"Relu": 2, "MatMulBias": 3, "MatMulTranspose": 5, "GemmAccumulate": 3}
     assert report.nodes_after < 0.6 * report.nodes_before
     assert report.ops_before["Expand"] > 20 and report.ops_after.get("Expand", 0) <= 1
     assert "Relu x2" in str(report)
@@ -290,3 +290,35 @@ def _timed(module) -> float:
     start = time.perf_counter()
     optimize_report(model, ORT_CPU)
     return time.perf_counter() - start
+
+
+def _momentum(factor):
+    return lambda v, x, g: factor * v + x.T @ g
+
+
+_V, _X, _G = rand((8, 6), seed=1), rand((5, 8), seed=2), rand((5, 6), seed=3)
+_V_INF = _V.copy()
+_V_INF[0, 0] = np.inf
+ACCUMULATE = [  # (name, function, args, x64, fused into one Gemm)
+    ("momentum", _momentum(0.9), (_V, _X, _G), False, True),
+    ("scale_first", lambda v, x, g: v * np.float32(0.5) + x @ g.T, (_V, _X.T, _G.T), False, True),
+    ("f64_exact_beta", _momentum(0.5), (_V.astype(np.float64), _X.astype(np.float64), _G.astype(np.float64)),
+     True, True),
+    # beta is a float32 attribute: 0.9 in float64 would change
+    ("f64_inexact_beta", _momentum(0.9), (_V.astype(np.float64), _X.astype(np.float64), _G.astype(np.float64)),
+     True, False),
+    ("zero_factor_keeps_nan", _momentum(0.0), (_V_INF, _X, _G), False, False),  # 0 * inf: ORT skips C at beta 0
+    ("product_used_twice", lambda v, x, g: (0.9 * v + x.T @ g, x.T @ g), (_V, _X, _G), False, False),
+]
+
+
+@pytest.mark.parametrize("name,fun,args,x64,fused", ACCUMULATE, ids=[row[0] for row in ACCUMULATE])
+def test_accumulate_into_gemm(name, fun, args, x64, fused):
+    with jax.enable_x64(x64):
+        run_case(Case(name, fun, args, tol=(1e-5, 1e-5) if not x64 else (1e-12, 1e-12)))
+        graph = mnjit(fun).lower(*args).onnx_model.graph
+        gemms = [node for node in graph.node if node.op_type == "Gemm"]
+        accumulating = [node for node in gemms if len(node.input) == 3 and any(a.name == "beta" for a in node.attribute)]
+        assert bool(accumulating) == fused, [node.op_type for node in graph.node]
+        if fused:
+            assert not any(node.op_type in ("Add", "Mul") for node in graph.node)

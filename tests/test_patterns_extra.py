@@ -206,4 +206,5 @@ def test_mnist_step_fusions_unchanged():
     step = bench_models.mnist_step(batch=8)
     module = jax.jit(step.fun).lower(*step.args).compiler_ir("stablehlo")
     report = optimize_report(hlo2onnx.translate(module, fuse=False), ORT_CPU)
-    assert set(report.fusions) <= {"Relu", "MatMulBias", "MatMulTranspose", "LogSoftmax"}, report.fusions
+    assert set(report.fusions) <= {"Relu", "MatMulBias", "MatMulTranspose", "LogSoftmax", "GemmAccumulate"}, \
+        report.fusions

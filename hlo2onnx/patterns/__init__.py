@@ -37,7 +37,7 @@ import onnx_ir.passes.common as common_passes
 
 from hlo2onnx.patterns import algebra, attention, body_shapes, convolution, engine, last_axis, movement, remainder
 from hlo2onnx.patterns.cleanup import canonicalize, clean, drop_unread_initializers
-from hlo2onnx.patterns.fusions import fusion_rules
+from hlo2onnx.patterns.fusions import accumulate_into_gemms, fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
 from hlo2onnx.targets import Target
 
@@ -91,6 +91,9 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     clean(model)
     report.rewrites += algebra.widen_broadcasts(model)
     report.rewrites += last_axis.widen_last_axes(model)
+    accumulated = accumulate_into_gemms(model)  # after the clean-ups: they settle the Gemms' forms
+    if accumulated:
+        report.fusions["GemmAccumulate"] = accumulated
     # Rewrites build small constants as Constant nodes; the translator's style is initializers.
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
     drop_unread_initializers(model)
