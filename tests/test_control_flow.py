@@ -268,3 +268,21 @@ def _loop_signature(fun, *args) -> list[tuple[bool, bool, int, int]]:
 def test_loop_structure(name: str, expected) -> None:
     case = next(c for c in CASES if c.name == name)
     assert _loop_signature(case.fun, *case.args) == expected
+
+
+ONE_OR_NO_STEP = [  # a static trip count of 1 or 0: no Loop, as XLA's while-loop simplifier does
+    Case("fori_one_step", lambda x: lax.fori_loop(0, 1, lambda i, v: jnp.sin(v) * (i + 2), x), (x3,)),
+    Case("fori_no_step", lambda x: lax.fori_loop(3, 3, lambda i, v: v * 2 + i, x), (x3,)),
+    Case("scan_length_one", lambda c, xs: lax.scan(lambda c, x: (c * x, (c + x, c.sum())), c, xs),
+         (x3, xs53[:1])),
+    Case("scan_length_zero", lambda c, xs: lax.scan(lambda c, x: (c * x, c + x), c, xs), (x3, xs53[:0])),
+    Case("fori_one_step_nested", lambda x: lax.fori_loop(0, 1, lambda i, v: lax.fori_loop(
+        0, 3, lambda j, w: w * 0.5 + j, v), x), (x3,)),
+]
+
+
+@pytest.mark.parametrize("case", ONE_OR_NO_STEP, ids=repr)
+def test_one_or_no_step_is_inlined(case: Case) -> None:
+    run_case(case)
+    loops = list(_loops(mnjit(case.fun).lower(*case.args).onnx_model.graph))
+    assert len(loops) == (1 if case.name == "fori_one_step_nested" else 0)

@@ -7,7 +7,8 @@ on the new carried values. These rewrites keep the loop lean:
   reads the outer value (ONNX subgraphs see their enclosing scopes);
 * a counter that steps by one and is compared against a loop-invariant bound
   gives the Loop its trip count (static, or computed once before the loop for
-  fori_loop's traced bounds), so the cond is not evaluated per step;
+  fori_loop's traced bounds), so the cond is not evaluated per step; a static
+  trip count of one inlines the body, of zero passes the initial values on;
 * body nodes that read only outer values are hoisted out of the loop;
 * the buffers lax.scan stacks its outputs into (a dynamic_update_slice at row
   `counter` or `length - 1 - counter` of a buffer nothing else reads, every row
@@ -37,6 +38,10 @@ def while_(ctx: RuleContext, *inits):
     tr, b = ctx.translator, ctx.b
     cond, body = (r.blocks[0] for r in ctx.hlo_op.regions)
     plan = plan_loop(ctx.hlo_op, tr)
+    if plan.trip is not None and plan.trip <= 1:
+        # As XLA's while-loop simplifier does: no loop for zero or one iteration (an ORT Loop costs a
+        # subgraph run and copies of the carried values even for one step).
+        return tr.emit_block(body, list(inits), b) if plan.trip == 1 else list(inits)
     n = len(inits)
     carried = [k for k in range(n) if k not in plan.invariant and k not in plan.scans]
     sb = b.subgraph("while_body")
