@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from harness import Case, both, run_case
+from mnjit import mnjit
 
 # Tolerances relative to the matrix's norm (values) or absolute (unit vectors).
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
@@ -196,6 +197,22 @@ def test_jnp_linalg(case):
     actual, expected = both(case.fun, case.args, case.x64)
     dtype = np.asarray(case.args[0]).dtype.type
     check_eig(case.args[0], actual, expected, False, len(actual) > 1, dtype)
+
+
+@pytest.mark.parametrize("dtype, scale", [(np.float32, 1e30), (np.float32, 1e-30), (np.complex64, 1e25),
+                                          (np.float64, 1e200), (np.float64, 1e-200)], ids=str)
+def test_extreme_scales(dtype, scale):
+    """Outside LAPACK's safe range, [sqrt(tiny) / eps, its reciprocal], the matrix is scaled to 1 first (as geev
+    does). numpy's eig is the reference: jax.jit's CPU eig (jaxlib 0.10.2) returns float32 eigenvalues off by a
+    factor once the norm passes about 1e12 or falls under about 1e-12."""
+    a = eigenmatrix((2, 5, 5), dtype, seed=6)
+    big = a * np.asarray(scale, a.real.dtype)
+    with jax.enable_x64(dtype == np.float64):
+        w, v = (np.asarray(x) for x in mnjit(jnp.linalg.eig)(big))
+    w0 = np.linalg.eigvals(big.astype(np.complex128)) / scale
+    tol = TOL[REAL[dtype]]
+    np.testing.assert_allclose(np.take_along_axis(w / scale, matched(w / scale, w0), -1), w0, atol=tol * 10)
+    check_vectors(big / scale, w / scale, v, tol * 10, "right")
 
 
 def _with(value, dtype=np.float32):

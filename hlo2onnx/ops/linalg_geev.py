@@ -59,10 +59,12 @@ def geev(ctx: RuleContext, a, *, compute_left: int = ord("V"), compute_right: in
         nonfinite_info(b, x[0], dtype, t_info)
     if real:
         x = [x[0], b.splat(0, dtype, (batch, n, n))]
+    scale = _scale(b, x, dtype)
+    x = [b.op("Div", v, scale) for v in x]
     norm = b.op("Sqrt", sum_squares(b, x, [1, 2]))  # (B, 1, 1): similarities keep it
     t, z, failed = _schur(b, x, norm, batch, n, dtype)
     info = b.op("Max", info, reshape_to(b, failed, list(t_info.shape)))
-    w = [reshape_to(b, diagonal(b, p, n, n, dtype), [batch, 1, n]) for p in t]
+    w = [reshape_to(b, diagonal(b, p, n, n, dtype), [batch, 1, n]) for p in t]  # of A / scale
     eps = b.const(np.asarray(np.finfo(dtype).eps, dtype))
     floor = b.op("Max", b.op("Mul", b.op("Mul", eps, eps), norm), b.const(np.asarray(np.finfo(dtype).tiny, dtype)))
     smin = b.op("Max", b.op("Mul", eps, _cabs1(b, w)), floor)  # (B, 1, n), trevc's
@@ -76,6 +78,7 @@ def geev(ctx: RuleContext, a, *, compute_left: int = ord("V"), compute_right: in
         vectors.append(_normalized(b, matmul(b, z, _triangular_vectors(b, t, w, smin, batch, n, dtype)), dtype))
     if real:
         w, vectors = _real_structure(b, w, vectors, batch, n, dtype)
+    w = [b.op("Mul", v, reshape_to(b, scale, [batch, 1] if real else [batch, 1, 1])) for v in w]
     # LAPACK leaves the vectors not asked for as they were: zeros here.
     vl, vr = (b.splat(0, t.storage.dtype, t.storage.shape) for t in (t_vl, t_vr))
     if compute_left == ord("V"):
@@ -87,6 +90,18 @@ def geev(ctx: RuleContext, a, *, compute_left: int = ord("V"), compute_right: in
     else:
         values = [join(b, [reshape_to(b, v, [batch, n]) for v in w], value_types[0])]
     return *values, vl, vr, info
+
+
+def _scale(b: Builder, x: Planes, dtype: np.dtype) -> ir.Value:
+    """(B, 1, 1): max |a_ij| where that lies outside LAPACK geev's safe range [sqrt(tiny) / eps, its
+    reciprocal] (squares would over- or underflow), else 1 (exact)."""
+    info = np.finfo(dtype)
+    small = np.sqrt(info.tiny) / info.eps
+    size = b.op("ReduceMax", b.op("Max", *(b.op("Abs", v) for v in x)), b.shape_const([1, 2]), keepdims=1)
+    outside = b.op("Or", b.op("Less", size, b.const(np.asarray(small, dtype))),
+                   b.op("Greater", size, b.const(np.asarray(1 / small, dtype))))
+    outside = b.op("And", outside, b.op("Greater", size, b.const(np.zeros((), dtype))))
+    return b.op("Where", outside, size, b.const(np.ones((), dtype)))
 
 
 def _cabs1(b: Builder, x: Planes) -> ir.Value:
