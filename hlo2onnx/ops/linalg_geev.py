@@ -65,31 +65,35 @@ def geev(ctx: RuleContext, a, *, compute_left: int = ord("V"), compute_right: in
     t, z, failed = _schur(b, x, norm, batch, n, dtype)
     info = b.op("Max", info, reshape_to(b, failed, list(t_info.shape)))
     w = [reshape_to(b, diagonal(b, p, n, n, dtype), [batch, 1, n]) for p in t]  # of A / scale
-    eps = b.const(np.asarray(np.finfo(dtype).eps, dtype))
-    floor = b.op("Max", b.op("Mul", b.op("Mul", eps, eps), norm), b.const(np.asarray(np.finfo(dtype).tiny, dtype)))
-    smin = b.op("Max", b.op("Mul", eps, _cabs1(b, w)), floor)  # (B, 1, n), trevc's
-    vectors = []
-    if compute_left == ord("V"):  # T^H y = conj(w) y: reversing rows and columns makes T^H upper triangular
-        flip = lambda x: [reversed_axes(b, v, [1, 2]) for v in x]
-        w_left = [reversed_axes(b, w[0], [2]), b.op("Neg", reversed_axes(b, w[1], [2]))]
-        y = flip(_triangular_vectors(b, flip(adjoint(b, t)), w_left, reversed_axes(b, smin, [2]), batch, n, dtype))
-        vectors.append(_normalized(b, matmul(b, z, y), dtype))
-    if compute_right == ord("V"):
-        vectors.append(_normalized(b, matmul(b, z, _triangular_vectors(b, t, w, smin, batch, n, dtype)), dtype))
+    wanted = [side for side, job in (("left", compute_left), ("right", compute_right)) if job == ord("V")]
+    vectors = [_eigenvectors(b, t, z, w, norm, batch, n, dtype, side == "left") for side in wanted]
     if real:
         w, vectors = _real_structure(b, w, vectors, batch, n, dtype)
     w = [b.op("Mul", v, reshape_to(b, scale, [batch, 1] if real else [batch, 1, 1])) for v in w]
     # LAPACK leaves the vectors not asked for as they were: zeros here.
-    vl, vr = (b.splat(0, t.storage.dtype, t.storage.shape) for t in (t_vl, t_vr))
-    if compute_left == ord("V"):
-        vl = join(b, vectors[0], t_vl)
-    if compute_right == ord("V"):
-        vr = join(b, vectors[-1], t_vr)
+    found = dict(zip(wanted, vectors))
+    vl, vr = (join(b, found[side], t) if side in found else b.splat(0, t.storage.dtype, t.storage.shape)
+              for side, t in (("left", t_vl), ("right", t_vr)))
     if real:
         values = [unflat(b, v, t) for v, t in zip(w, value_types)]
     else:
         values = [join(b, [reshape_to(b, v, [batch, n]) for v in w], value_types[0])]
     return *values, vl, vr, info
+
+
+def _eigenvectors(b: Builder, t: Planes, z: Planes, w: Planes, norm: ir.Value, batch: int, n: int, dtype: np.dtype,
+                  left: bool) -> Planes:
+    """The unit eigenvectors of A = Z T Z^H, normalized as geev does: A v = v w, or for `left` u^H A = w u^H
+    (u = Z y, T^H y = conj(w) y: reversing rows and columns makes T^H upper triangular)."""
+    eps = b.const(np.asarray(np.finfo(dtype).eps, dtype))
+    floor = b.op("Max", b.op("Mul", b.op("Mul", eps, eps), norm), b.const(np.asarray(np.finfo(dtype).tiny, dtype)))
+    smin = b.op("Max", b.op("Mul", eps, _cabs1(b, w)), floor)  # (B, 1, n), trevc's
+    if not left:
+        return _normalized(b, matmul(b, z, _triangular_vectors(b, t, w, smin, batch, n, dtype)), dtype)
+    flip = lambda planes: [reversed_axes(b, v, [1, 2]) for v in planes]
+    w = [reversed_axes(b, w[0], [2]), b.op("Neg", reversed_axes(b, w[1], [2]))]
+    y = flip(_triangular_vectors(b, flip(adjoint(b, t)), w, reversed_axes(b, smin, [2]), batch, n, dtype))
+    return _normalized(b, matmul(b, z, y), dtype)
 
 
 def _scale(b: Builder, x: Planes, dtype: np.dtype) -> ir.Value:
@@ -156,35 +160,33 @@ def _schur(b: Builder, h: Planes, norm: ir.Value, batch: int, n: int, dtype: np.
         h, z = _chase(b, h, z, batch, n, dtype)
     h, kept = _deflate(b, h, norm, n, dtype)
     if n > 1:
-        full, stall = TensorType((batch, n, n), dtype), TensorType((batch, 1), np.dtype(np.int64))
+        full = TensorType((batch, n, n), dtype)
+        types = [full] * 4 + [TensorType((batch, n), np.dtype(np.bool_)), TensorType((batch, 1), np.dtype(np.int64))]
 
         def body(sb: Builder, _, carried: list[ir.Value]):
-            h, z, stall = carried[:2], carried[2:4], carried[4]
-            sub = _subdiagonal(sb, h, n, dtype)
-            kept = sb.op("Or", *(sb.op("Not", sb.op("Equal", p, sb.const(np.zeros((), dtype)))) for p in sub))
-            last = _lowest(sb, kept, n)  # the block's last row; 0 when done
+            h, z, kept, stall = carried[:2], carried[2:4], carried[4], carried[5]
+            last = _lowest(sb, kept, n)  # the lowest block's last row; 0 when done
             below = sb.op("LessOrEqual", iota(sb, n, (1, n)), last)
             first = _lowest(sb, sb.op("And", sb.op("Not", kept), below), n)
             first = sb.op("Where", sb.op("Greater", last, sb.const(np.int64(0))), first, sb.const(np.int64(n)))
-            mu = _shift(sb, h, sub, last, stall, n, dtype)
+            mu = _shift(sb, h, last, stall, n, dtype)
             h, z = _chase(sb, h, z, batch, n, dtype, ([reshape_to(sb, m, [batch, 1, 1]) for m in mu],
                                                           reshape_to(sb, first, [batch, 1, 1])))
             h, new_kept = _deflate(sb, h, norm, n, dtype)
-            count = lambda mask: sb.op("ReduceSum", sb.cast(mask, np.int64), sb.shape_const([1]), keepdims=1)
-            progress = sb.op("Less", count(new_kept), count(kept))
+            # An entry deflated (the zeros stay zero): progress.
+            deflated = sb.cast(sb.op("And", kept, sb.op("Not", new_kept)), np.int32)
+            progress = sb.op("Greater", sb.op("ReduceMax", deflated, sb.shape_const([1]), keepdims=1),
+                             sb.const(np.int32(0)))
             stall = sb.op("Where", progress, sb.const(np.int64(0)), sb.op("Add", stall, sb.const(np.int64(1))))
-            return [*h, *z, stall], _any(sb, new_kept)
+            return [*h, *z, new_kept, stall], _any(sb, new_kept)
 
-        trip = 30 * max(10, n)
-        *h, z_re, z_im, _ = loop_until(b, "geev_qr", trip, _any(b, kept), [*h, *z, b.splat(0, np.int64, (batch, 1))],
-                                       [full] * 4 + [stall], body)
-        z = [z_re, z_im]
-        sub = _subdiagonal(b, h, n, dtype)
-        kept = b.op("Or", *(b.op("Not", b.op("Equal", p, b.const(np.zeros((), dtype)))) for p in sub))
+        inits = [*h, *z, kept, b.splat(0, np.int64, (batch, 1))]
+        out = loop_until(b, "geev_qr", 30 * max(10, n), _any(b, kept), inits, types, body)  # LAPACK's limit
+        h, z, kept = out[:2], out[2:4], out[4]
     return h, z, b.cast(reshape_to(b, _lowest(b, kept, n), [batch]), np.int32)
 
 
-def _shift(b: Builder, h: Planes, sub: Planes, last: ir.Value, stall: ir.Value, n: int, dtype: np.dtype) -> Z:
+def _shift(b: Builder, h: Planes, last: ir.Value, stall: ir.Value, n: int, dtype: np.dtype) -> Z:
     """(B, 1) planes: the Wilkinson shift of the 2 x 2 block [[p, q], [r, s]] ending at row `last` (the root
     of its characteristic polynomial nearer s, s - q r / (t + sqrt(t^2 + q r)), t = (p - s) / 2, the root's
     sign that of t), or after every _STALL steps without a deflation the exceptional s + 0.75 |r|."""
@@ -192,7 +194,8 @@ def _shift(b: Builder, h: Planes, sub: Planes, last: ir.Value, stall: ir.Value, 
     before = b.op("Sub", last, b.const(np.int64(1)))
     at = lambda x, index: Z(*(b.op("GatherElements", v, index, axis=1) for v in x))
     d = [diagonal(b, v, n, n, dtype) for v in h]
-    p, s, r, q = at(d, before), at(d, last), at(sub, last), at(_subdiagonal(b, h, n, dtype, above=True), last)
+    p, s = at(d, before), at(d, last)
+    r, q = at(_subdiagonal(b, h, n, dtype), last), at(_subdiagonal(b, h, n, dtype, above=True), last)
     zero, half = b.const(np.zeros((), dtype)), b.const(np.asarray(0.5, dtype))
     t = Z(*(b.op("Mul", b.op("Sub", x, y), half) for x, y in zip(p, s)))
     qr = multiply(b, dtype, q, r)
