@@ -203,8 +203,8 @@ def test_jnp_linalg(case):
                                           (np.float64, 1e200), (np.float64, 1e-200)], ids=str)
 def test_extreme_scales(dtype, scale):
     """Outside LAPACK's safe range, [sqrt(tiny) / eps, its reciprocal], the matrix is scaled to 1 first (as geev
-    does). numpy's eig is the reference: jax.jit's CPU eig (jaxlib 0.10.2) returns float32 eigenvalues off by a
-    factor once the norm passes about 1e12 or falls under about 1e-12."""
+    does). numpy's eig is the reference: jax.jit's CPU eig (jax 0.10.2) returns eigenvalues off by a factor
+    there (its largest entry above about 1e12 or below 1e-12 in float32, 1e138 or 1e-138 in float64)."""
     a = eigenmatrix((2, 5, 5), dtype, seed=6)
     big = a * np.asarray(scale, a.real.dtype)
     with jax.enable_x64(dtype == np.float64):
