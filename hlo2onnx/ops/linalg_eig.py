@@ -32,8 +32,8 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder, graph_input
-from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, conj, diagonal, empty_results, flat, iota, join,
-                                      loop, loop_step, matmul, nonfinite_info, planes, reflector, sum_squares,
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, conj, diagonal, empty_results, eye, flat, iota,
+                                      join, loop, loop_step, matmul, nonfinite_info, planes, reflector, sum_squares,
                                       transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
@@ -180,10 +180,6 @@ def _sort_rows(b: Builder, keys: ir.Value, rows: Sequence[ir.Value], k: int, lar
     return values, [b.op("GatherElements", x, b.op("Expand", order, b.op("Shape", x)), axis=1) for x in rows]
 
 
-def _eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
-    return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
-
-
 def _stored_triangle(b: Builder, n: int, uplo: int) -> tuple[ir.Value, ir.Value, ir.Value]:
     """Row and column indices, and the mask of the triangle LAPACK reads (`uplo` 'L' or 'U')."""
     row, col = iota(b, n, (n, 1)), iota(b, n, (1, n))
@@ -203,7 +199,7 @@ def syevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     x = flat(b, a, ctx.in_types[0], 2, dtype)
     _, _, triangle = _stored_triangle(b, n, uplo)
     x = b.op("Where", triangle, x, transposed(b, x))
-    w = _eye(b, batch, n, dtype)  # rows: the eigenvectors
+    w = eye(b, batch, n, dtype)  # rows: the eigenvectors
     info = nonfinite_info(b, x, dtype, t_info)
     if n > 1:
         x, w = _jacobi_eigh(b, x, w, batch, n, dtype)
@@ -251,7 +247,7 @@ def heevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     # The Hermitian matrix of the triangle; LAPACK takes the diagonal as real.
     re = b.op("Where", triangle, re, transposed(b, re))
     im = b.op("Where", b.op("Equal", row, col), zero, b.op("Where", triangle, im, b.op("Neg", transposed(b, im))))
-    w_re, w_im = _eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))  # rows: conjugated eigenvectors
+    w_re, w_im = eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))  # rows: conjugated eigenvectors
     info = b.op("Max", nonfinite_info(b, re, dtype, t_info), nonfinite_info(b, im, dtype, t_info))
     if n > 1:
         re, im, w_re, w_im = _jacobi_heevd(b, [re, im, w_re, w_im], batch, n, dtype)
@@ -332,8 +328,8 @@ def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: 
     into those of U^T x, U = [[c, s e], [-s conj(e), c]] (see _jacobi_heevd; e = 1 for real x), which makes
     them orthogonal: U^H [[|p|^2, g], [conj(g), |q|^2]] U is diagonal for g = <p, q> = sum conj(p) q."""
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
-    eye = [_eye(b, batch, k, dtype), b.splat(0, dtype, (batch, k, k))]
-    z = [b.op("Concat", v, eye[i], axis=2) for i, v in enumerate(x)] if vectors else x
+    identity = [eye(b, batch, k, dtype), b.splat(0, dtype, (batch, k, k))]
+    z = [b.op("Concat", v, identity[i], axis=2) for i, v in enumerate(x)] if vectors else x
     width = l + k if vectors else l
     if k > 1:
         tol = b.const(np.asarray(np.finfo(dtype).eps * np.sqrt(l), dtype))
@@ -399,8 +395,8 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
         q = [sb.op("Sub", p, u) for p, u in zip(q, matmul(sb, matmul(sb, q, v), adjoint(sb, sv)))]
         return [*r, *q], []
 
-    eye = [_eye(b, batch, l, dtype), b.splat(0, dtype, (batch, l, l))][:planes]
-    q = loop(b, "svd_complete", k, [*(transposed(b, v) for v in rows), *eye],
+    identity = [eye(b, batch, l, dtype), b.splat(0, dtype, (batch, l, l))][:planes]
+    q = loop(b, "svd_complete", k, [*(transposed(b, v) for v in rows), *identity],
               [TensorType((batch, l, k), dtype)] * planes + [TensorType((batch, l, l), dtype)] * planes,
               body)[planes:]
     keep = good

@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex import Z, divide, multiply, sqrt
-from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, empty_results, iota, join, loop,
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, empty_results, eye, iota, join, loop,
                                       loop_step, loop_until, matmul, nonfinite_info, planes, reflector, reversed_axes,
                                       set_column, sum_squares, unflat)
 from hlo2onnx.ops.shape import reshape_to
@@ -154,8 +154,7 @@ def _schur(b: Builder, h: Planes, norm: ir.Value, batch: int, n: int, dtype: np.
            ) -> tuple[Planes, Planes, ir.Value]:
     """A = Z T Z^H: T upper triangular and Z unitary (B, n, n) planes, and the (B,) int32 index (1-based) of
     the lowest subdiagonal entry left where the steps ran out, else 0."""
-    eye = b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
-    z = [eye, b.splat(0, dtype, (batch, n, n))]
+    z = [eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))]
     if n > 2:
         h, z = _chase(b, h, z, batch, n, dtype)
     h, kept = _deflate(b, h, norm, n, dtype)

@@ -114,6 +114,11 @@ def empty_results(b: Builder, types: Sequence[TensorType]) -> list[ir.Value]:
     return [b.splat(0, t.storage.dtype, t.storage.shape) for t in types]
 
 
+def eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
+    """(B, n, n) identity matrices."""
+    return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
+
+
 def iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
     return b.const(np.arange(n, dtype=np.int64).reshape(shape))
 
