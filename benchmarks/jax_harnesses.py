@@ -151,6 +151,54 @@ def _check_eigh(h, args, actual, expected):
             or _close("a v = v w", a @ v, v * w[..., None, :], a.dtype, scale * a.shape[-1] ** 0.5))
 
 
+def _matching(w, w0):
+    """Per batch element, the order of w's entries nearest to w0's (greedily, w0's in turn)."""
+    import numpy as np
+
+    w, w0 = w.reshape(-1, w.shape[-1]), w0.reshape(-1, w0.shape[-1])
+    order = np.zeros(w.shape, np.int64)
+    for i in range(w.shape[0]):
+        free = np.ones(w.shape[-1], bool)
+        for j, value in enumerate(w0[i]):
+            k = np.argmin(np.where(free, np.abs(w[i] - value), np.inf))
+            order[i, j], free[k] = k, False
+    return order
+
+
+def _check_eig(h, args, actual, expected):
+    """(w, [vl], [vr]) = eig: the eigenvalues come in the Schur form's order (LAPACK's multishift QR deflates
+    elsewhere) and vectors are unique only up to a phase: w must match jax.jit's as a multiset, and the vectors
+    satisfy A v = v w, u^H A = w u^H with unit norms."""
+    import jax
+    import numpy as np
+
+    if jax.tree_util.tree_structure(actual) != jax.tree_util.tree_structure(expected):
+        return "the result trees differ"
+    actual, expected = [np.asarray(x) for x in actual], [np.asarray(x) for x in expected]
+    for a, e in zip(actual, expected):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return f"{a.dtype}{a.shape} != {e.dtype}{e.shape}"
+    a = np.asarray(args[0])
+    if a.size == 0:
+        return None
+    w, w0 = actual[0], expected[0]
+    n = a.shape[-1]
+    scale = max(1.0, float(np.abs(a).max())) * n ** 0.5
+    matched = np.take_along_axis(w.reshape(-1, n), _matching(w, w0), -1).reshape(w0.shape)
+    msg = _close("eigenvalues", matched, w0, a.dtype, scale)
+    adjoint = lambda x: np.conj(np.swapaxes(x, -1, -2))
+    vectors = iter(actual[1:])
+    if not msg and h.params["compute_left_eigenvectors"]:
+        u = next(vectors)
+        msg = (_close("|u| = 1", np.linalg.norm(u, axis=-2), np.ones(w.shape), a.dtype)
+               or _close("u^H a = w u^H", adjoint(u) @ a, w[..., :, None] * adjoint(u), a.dtype, scale))
+    if not msg and h.params["compute_right_eigenvectors"]:
+        v = next(vectors)
+        msg = (_close("|v| = 1", np.linalg.norm(v, axis=-2), np.ones(w.shape), a.dtype)
+               or _close("a v = v w", a @ v, v * w[..., None, :], a.dtype, scale))
+    return msg
+
+
 def _check_cholesky(h, args, actual, expected):
     """XLA's and our factorizations round differently, and the difference grows with n (JAX's own tests give
     float32 a 1e-2 tolerance here): L is held to L L^H = A, A the symmetrized input, with the error scaled
@@ -203,7 +251,7 @@ def _check_approx_top_k(h, args, actual, expected):
 
 # Groups whose results are not unique (or whose rounding grows with size): checked by the properties
 # that define them, as JAX's own tests do (jax2tf's custom asserts).
-PROPERTY_CHECKS = {"svd": _check_svd, "eigh": _check_eigh, "cholesky": _check_cholesky,
+PROPERTY_CHECKS = {"svd": _check_svd, "eigh": _check_eigh, "eig": _check_eig, "cholesky": _check_cholesky,
                    "sort": _check_unstable_sort, "approx_top_k": _check_approx_top_k}
 
 

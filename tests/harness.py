@@ -84,3 +84,15 @@ def run_case(case: Case, target: str = "ort-cpu") -> None:
         actual = compiled(*args, **case.kwargs)
         assert_same(actual, expected, case.tol, case.name)
         check_model(compiled.lower(*args, **case.kwargs).onnx_model)
+
+
+def both(fun, args, x64: bool):
+    """(mnjit's, jax.jit's) results as numpy trees, after checking shapes and dtypes agree; and the ONNX model."""
+    with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+        expected = jax.jit(fun)(*args)
+        compiled = mnjit(fun)
+        actual = compiled(*args)
+        check_model(compiled.lower(*args).onnx_model)
+    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
+        assert (a.shape, a.dtype) == (e.shape, e.dtype)
+    return [np.asarray(x) for x in actual], [np.asarray(x) for x in expected]

@@ -309,3 +309,12 @@ def test_near_miss_says_why(row: Row):
                 reasons += [info.match_result.reason for infos in tracer.best_matches_map.values()
                             for info in infos]
     assert any(row.reason in reason for reason in reasons if reason), reasons
+
+
+def test_scale_shift_of_a_square_is_left_alone():
+    """(x - m) * (x - m) + b with per-channel shapes matches ScaleShift's pattern with scale = x - m, a value
+    the fusion would remove while its replacement still reads it."""
+    fun = lambda x, m, b: (x - m) * (x - m) + b
+    args = (_t(1, 3, 1, 1), _t(1, 3, 1, 1, seed=1), _t(1, 3, 1, 1, seed=2))
+    assert "ScaleShift" not in _translate(fun, args, 21).optimized.fusions
+    assert_same(mnjit(fun)(*args), jax.jit(fun)(*args), TOL, "square")

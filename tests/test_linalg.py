@@ -240,11 +240,11 @@ def test_stablehlo_linalg_ops(name):
 
 
 # -- what is refused, and how --------------------------------------------------------------------------------
-# eigh and svd, real and complex, are translated (test_linalg_eig.py).
+# eigh and svd, real and complex, are translated (test_linalg_eig.py), and so is eig (test_linalg_geev.py).
 @pytest.mark.parametrize("fun, target, users", [
-    (lambda a: jnp.linalg.eigvals(a), "lapack_sgeev_ffi", "jnp.linalg.eig"),
+    (lambda a: jsl.hessenberg(a), "lapack_sgehrd_ffi", "jax.scipy.linalg.hessenberg"),
     (lambda a: jsl.schur(a), "lapack_sgees_ffi", "jax.scipy.linalg.schur"),
-], ids=["eigvals", "schur"])
+], ids=["hessenberg", "schur"])
 def test_unsupported_decomposition_names_the_call(fun, target, users):
     with pytest.raises(UnsupportedOpError, match=f"custom call @{target} has no ONNX translation") as info:
         mnjit(fun)(S5)
@@ -255,9 +255,9 @@ def test_unsupported_decomposition_names_the_call(fun, target, users):
 
 
 def test_complex_lapack_is_refused():
-    a = (A5 + 1j * A5).astype(np.complex64)  # nonsymmetric eig (geev) is not translated
-    with pytest.raises(UnsupportedOpError, match="lapack_cgeev_ffi.*complex LAPACK routine is not translated"):
-        mnjit(jnp.linalg.eigvals)(a)
+    a = (A5 + 1j * A5).astype(np.complex64)  # the Schur decomposition (gees) is not translated
+    with pytest.raises(UnsupportedOpError, match="lapack_cgees_ffi.*complex LAPACK routine is not translated"):
+        mnjit(jsl.schur)(a)
 
 
 def test_unknown_custom_call_has_a_hint():

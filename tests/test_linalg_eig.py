@@ -7,15 +7,12 @@ orthonormality are checked too, also where the vectors are not unique (repeated 
 columns of full_matrices)."""
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import Case, check_model, rand, run_case
-from mnjit import mnjit
+from harness import Case, both, rand, run_case
 
 # (values, vectors) tolerances, relative to the largest eigenvalue / singular value.
 TOL = {np.float32: (1e-5, 5e-5), np.float64: (1e-12, 1e-11)}
@@ -51,18 +48,6 @@ def spread(shape, seed=0, dtype=np.float32, rank=None) -> np.ndarray:
             s[rank:] = 0
         out[index] = (orthogonal(m, rng)[:, :k] * s) @ orthogonal(n, rng)[:, :k].T
     return out.astype(dtype)
-
-
-def both(fun, args, x64):
-    """(mnjit's, jax.jit's) results as numpy trees, after checking shapes and dtypes agree; and the ONNX model."""
-    with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-        expected = jax.jit(fun)(*args)
-        compiled = mnjit(fun)
-        actual = compiled(*args)
-        check_model(compiled.lower(*args).onnx_model)
-    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
-        assert (a.shape, a.dtype) == (e.shape, e.dtype)
-    return [np.asarray(x) for x in actual], [np.asarray(x) for x in expected]
 
 
 def aligned(vectors, reference, axis):

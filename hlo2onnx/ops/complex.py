@@ -312,7 +312,7 @@ def _log(b, dtype, z: Z) -> Z:
     return Z(b.typed("Log", _abs(b, dtype, z), dtype=dtype), atan2_values(b, dtype, z.im, z.re))
 
 
-def _sqrt(b, dtype, z: Z) -> Z:
+def sqrt(b, dtype, z: Z) -> Z:
     """t = sqrt((|re| + |z|) / 2); re >= 0: (t, im / 2t), else (|im| / 2t, +-t by im < 0); 0 -> (0, im)."""
     t = partial(b.typed, dtype=dtype)
     root = t("Sqrt", t("Mul", t("Add", t("Abs", z.re), _abs(b, dtype, z)), b.const(0.5, dtype)))
@@ -333,7 +333,7 @@ def _reciprocal(b, dtype, z: Z) -> Z:
 
 
 def _rsqrt(b, dtype, z: Z) -> Z:
-    return _reciprocal(b, dtype, _sqrt(b, dtype, z))
+    return _reciprocal(b, dtype, sqrt(b, dtype, z))
 
 
 def _pow(b, dtype, x: Z, y: Z) -> Z:
@@ -437,7 +437,7 @@ def _tanh(b, dtype, z: Z) -> Z:
 
 for _hlo, _fn in {"multiply": multiply, "divide": divide, "power": _pow}.items():
     register_complex(f"stablehlo.{_hlo}")(partial(_binary, _fn))
-for _hlo, _fn in {"abs": _abs, "exponential": _exp, "log": _log, "sqrt": _sqrt, "rsqrt": _rsqrt, "sign": _sign,
+for _hlo, _fn in {"abs": _abs, "exponential": _exp, "log": _log, "sqrt": sqrt, "rsqrt": _rsqrt, "sign": _sign,
                   "sine": _sin, "cosine": _cos, "tan": _tan, "tanh": _tanh, "exponential_minus_one": _expm1,
                   "log_plus_one": _log1p}.items():
     register_complex(f"stablehlo.{_hlo}")(partial(_unary, _fn))

@@ -1,7 +1,8 @@
 """stablehlo.custom_call: one rule that dispatches on the call target's name.
 
 The targets' rules live with their families (`register_custom_call`): LAPACK
-in linalg.py and linalg_eig.py, jax.export's shape assertions in dynamic.py.
+in linalg.py, linalg_complex.py, linalg_eig.py and linalg_geev.py, jax.export's
+shape assertions in dynamic.py.
 A target without a rule is refused with a hint at what emitted it and how to
 work around it.
 """
@@ -17,9 +18,9 @@ from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
 _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
 from hlo2onnx.translator import RuleContext
 # LAPACK routines without a translation -> the JAX functions that emit them on CPU.
-# syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py.
+# syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py, geev in linalg_geev.py.
 _LAPACK_USERS = {
-    "geev": "jnp.linalg.eig / eigvals", "gees": "jax.scipy.linalg.schur",
+    "gees": "jax.scipy.linalg.schur",
     "gehrd": "jax.scipy.linalg.hessenberg", "sytrd": "jax.lax.linalg.tridiagonal",
     "hetrd": "jax.lax.linalg.tridiagonal", "geqp3": "jax.scipy.linalg.qr(pivoting=True)",
 }
@@ -33,8 +34,8 @@ def hint(target: str) -> str:
         return f"{_OUTSIDE}, or write it with jax.numpy ops"
     kind, routine, _ = match.groups()
     if kind in "cz":
-        return ("this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd "
-                f"and gesdd are); {_OUTSIDE}")
+        return ("this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd, "
+                f"gesdd and geev are); {_OUTSIDE}")
     users = _LAPACK_USERS.get(routine)
     return f"it implements {users}; {_OUTSIDE}" if users else _OUTSIDE
 

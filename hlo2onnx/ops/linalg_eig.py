@@ -20,7 +20,7 @@ form (see _rotate_rows): results agree with LAPACK's to its own accuracy (a few 
 Eigenvectors and singular vectors are unique only up to sign (a unit phase for complex ones; within repeated
 values up to rotation), and LAPACK fixes none: results agree with jax.jit up to a sign per vector (per U column
 / Vt row pair). Complex matrices (c/z routines) are held as (real, imag) planes (`Planes`). Jacobi has no
-failure mode: info is 0 unless the input holds a NaN or infinity (see _info).
+failure mode: info is 0 unless the input holds a NaN or infinity (see linalg_kit.nonfinite_info).
 """
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder, graph_input
-from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, conj, diagonal, flat, iota, join, loop, loop_step,
-                                      matmul, planes, sum_squares, transposed, unflat)
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, conj, diagonal, empty_results, eye, flat, iota,
+                                      join, loop, loop_step, matmul, nonfinite_info, planes, reflector, sum_squares,
+                                      transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.types import TensorType, set_type
@@ -179,23 +180,6 @@ def _sort_rows(b: Builder, keys: ir.Value, rows: Sequence[ir.Value], k: int, lar
     return values, [b.op("GatherElements", x, b.op("Expand", order, b.op("Shape", x)), axis=1) for x in rows]
 
 
-def _info(b: Builder, x: ir.Value, dtype: np.dtype, ttype: TensorType) -> ir.Value:
-    """LAPACK's info: 0, or 1 for a (B, r, c) input with a NaN or infinity (x - x is NaN there), on which JAX
-    reports all-NaN results; Jacobi itself cannot fail."""
-    bad = b.op("Not", b.op("Equal", b.op("Sub", x, x), b.const(np.zeros((), dtype))))
-    return reshape_to(b, b.op("ReduceMax", b.cast(bad, np.int32), b.shape_const([1, 2]), keepdims=0),
-                      list(ttype.shape))
-
-
-def _empty(b: Builder, types: Sequence[TensorType]) -> list[ir.Value]:
-    """The results for an empty batch or 0 x 0 matrices: empty, and info 0 where there is a batch."""
-    return [b.splat(0, t.storage.dtype, t.storage.shape) for t in types]
-
-
-def _eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
-    return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
-
-
 def _stored_triangle(b: Builder, n: int, uplo: int) -> tuple[ir.Value, ir.Value, ir.Value]:
     """Row and column indices, and the mask of the triangle LAPACK reads (`uplo` 'L' or 'U')."""
     row, col = iota(b, n, (n, 1)), iota(b, n, (1, n))
@@ -211,12 +195,12 @@ def syevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     dtype = compute_dtype(t_values.dtype)
     n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
     if batch * n == 0:
-        return _empty(b, ctx.out_types)
+        return empty_results(b, ctx.out_types)
     x = flat(b, a, ctx.in_types[0], 2, dtype)
     _, _, triangle = _stored_triangle(b, n, uplo)
     x = b.op("Where", triangle, x, transposed(b, x))
-    w = _eye(b, batch, n, dtype)  # rows: the eigenvectors
-    info = _info(b, x, dtype, t_info)
+    w = eye(b, batch, n, dtype)  # rows: the eigenvectors
+    info = nonfinite_info(b, x, dtype, t_info)
     if n > 1:
         x, w = _jacobi_eigh(b, x, w, batch, n, dtype)
     values, (w,) = _sort_rows(b, diagonal(b, x, n, n, dtype), [w], n, largest=False)
@@ -256,15 +240,15 @@ def heevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     dtype = compute_dtype(t_values.dtype)
     n, batch = t_vectors.shape[-1], prod(t_vectors.shape[:-2])
     if batch * n == 0:
-        return _empty(b, ctx.out_types)
+        return empty_results(b, ctx.out_types)
     re, im = planes(b, a, ctx.in_types[0], 2, dtype)
     row, col, triangle = _stored_triangle(b, n, uplo)
     zero = b.const(np.zeros((), dtype))
     # The Hermitian matrix of the triangle; LAPACK takes the diagonal as real.
     re = b.op("Where", triangle, re, transposed(b, re))
     im = b.op("Where", b.op("Equal", row, col), zero, b.op("Where", triangle, im, b.op("Neg", transposed(b, im))))
-    w_re, w_im = _eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))  # rows: conjugated eigenvectors
-    info = b.op("Max", _info(b, re, dtype, t_info), _info(b, im, dtype, t_info))
+    w_re, w_im = eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))  # rows: conjugated eigenvectors
+    info = b.op("Max", nonfinite_info(b, re, dtype, t_info), nonfinite_info(b, im, dtype, t_info))
     if n > 1:
         re, im, w_re, w_im = _jacobi_heevd(b, [re, im, w_re, w_im], batch, n, dtype)
     values, (w_re, w_im) = _sort_rows(b, diagonal(b, re, n, n, dtype), [w_re, w_im], n, largest=False)
@@ -320,7 +304,8 @@ def gesdd(ctx: RuleContext, a, *, mode: int):
     *_, m, n = in_type.shape
     batch, k, l = prod(in_type.shape[:-2]), min(m, n), max(m, n)
     x = planes(b, a, in_type, 2, dtype)
-    info = _info(b, x[0], dtype, t_info) if len(x) == 1 else b.op("Max", *(_info(b, v, dtype, t_info) for v in x))
+    info = b.op("Max", *(nonfinite_info(b, v, dtype, t_info) for v in x)) if len(x) > 1 else \
+        nonfinite_info(b, x[0], dtype, t_info)
     # The rows of A^T (of conj(A), when wide) are orthogonalized: A^T = conj(V) S U^T (A^H = V S U^H).
     rows = [transposed(b, v) for v in x] if m >= n else conj(b, x)
     vectors = mode != ord("N")
@@ -343,8 +328,8 @@ def _one_sided_jacobi(b: Builder, x: Planes, batch: int, k: int, l: int, dtype: 
     into those of U^T x, U = [[c, s e], [-s conj(e), c]] (see _jacobi_heevd; e = 1 for real x), which makes
     them orthogonal: U^H [[|p|^2, g], [conj(g), |q|^2]] U is diagonal for g = <p, q> = sum conj(p) q."""
     zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
-    eye = [_eye(b, batch, k, dtype), b.splat(0, dtype, (batch, k, k))]
-    z = [b.op("Concat", v, eye[i], axis=2) for i, v in enumerate(x)] if vectors else x
+    identity = [eye(b, batch, k, dtype), b.splat(0, dtype, (batch, k, k))]
+    z = [b.op("Concat", v, identity[i], axis=2) for i, v in enumerate(x)] if vectors else x
     width = l + k if vectors else l
     if k > 1:
         tol = b.const(np.asarray(np.finfo(dtype).eps * np.sqrt(l), dtype))
@@ -396,36 +381,22 @@ def _complete(b: Builder, rows: Planes, good: ir.Value, batch: int, k: int, l: i
     """`count` orthonormal rows of length l: the (B, k, l) `rows` where `good` (the first ones), then rows
     orthogonal to them, from the Householder QR of rows^T: its Q's columns past the good ones (Q^T's rows)."""
     row = iota(b, l, (l, 1))
-    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    zero = b.const(np.zeros((), dtype))
     planes = len(rows)
 
     def body(sb: Builder, j: ir.Value, carried: list[ir.Value]):
         r, q = carried[:planes], carried[planes:]
         x = [sb.op("Where", sb.op("GreaterOrEqual", row, j), sb.op("Gather", v, loop_step(sb, j), axis=2), zero)
              for v in r]
-        alpha = [sb.op("Gather", v, loop_step(sb, j), axis=1) for v in x]
-        norm = sb.op("Sqrt", sum_squares(sb, x, [1]))
-        # beta = -phase(alpha) ||x|| (phase(0) = 1): v = x - beta e_j has no cancellation at j.
-        size = sb.op("Sqrt", sb.op("Add", *(sb.op("Mul", v, v) for v in alpha))) if planes > 1 else \
-            sb.op("Abs", alpha[0])  # |alpha|
-        nonzero = sb.op("Greater", size, zero)
-        phase = [sb.op("Where", nonzero, sb.op("Div", alpha[0], sb.op("Where", nonzero, size, one)), one)]
-        if planes > 1:
-            phase.append(sb.op("Where", nonzero, sb.op("Div", alpha[1], sb.op("Where", nonzero, size, one)), zero))
-        v = [sb.op("Where", sb.op("Equal", row, j), sb.op("Add", a, sb.op("Mul", ph, norm)), xv)
-             for a, ph, xv in zip(alpha, phase, x)]
-        vv = sum_squares(sb, v, [1])
-        # H = I - (2 / v^H v) v v^H; a zero column (a zero singular value) leaves H = I.
-        two = sb.const(np.asarray(2, dtype))
-        empty = sb.op("Equal", vv, zero)
-        scale = sb.op("Where", empty, zero, sb.op("Div", two, sb.op("Where", empty, two, vv)))
+        # A zero column (a zero singular value) leaves H = I.
+        v, scale = reflector(sb, x, row, j, dtype)
         sv = [sb.op("Mul", scale, p) for p in v]
         r = [sb.op("Sub", p, u) for p, u in zip(r, matmul(sb, sv, matmul(sb, adjoint(sb, v), r)))]
         q = [sb.op("Sub", p, u) for p, u in zip(q, matmul(sb, matmul(sb, q, v), adjoint(sb, sv)))]
         return [*r, *q], []
 
-    eye = [_eye(b, batch, l, dtype), b.splat(0, dtype, (batch, l, l))][:planes]
-    q = loop(b, "svd_complete", k, [*(transposed(b, v) for v in rows), *eye],
+    identity = [eye(b, batch, l, dtype), b.splat(0, dtype, (batch, l, l))][:planes]
+    q = loop(b, "svd_complete", k, [*(transposed(b, v) for v in rows), *identity],
               [TensorType((batch, l, k), dtype)] * planes + [TensorType((batch, l, l), dtype)] * planes,
               body)[planes:]
     keep = good

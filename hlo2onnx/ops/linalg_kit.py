@@ -1,6 +1,6 @@
-"""The kit the linear-algebra rules share (linalg.py, linalg_eig.py, linalg_complex.py): batched (B, rows, cols)
-views, matrices as planes (one real matrix, or a complex one's real and imaginary parts), index constants,
-and an ONNX Loop over the columns whose body works on whole batches."""
+"""The kit the linear-algebra rules share (linalg.py, linalg_eig.py, linalg_complex.py, linalg_geev.py): batched
+(B, rows, cols) views, matrices as planes (one real matrix, or a complex one's real and imaginary parts), index
+constants, Householder reflectors, LAPACK's info, and ONNX Loops whose bodies work on whole batches."""
 from __future__ import annotations
 
 from math import prod
@@ -81,6 +81,44 @@ def sum_squares(b: Builder, x: Planes, axes: list[int], keepdims: int = 1) -> ir
     return sums[0] if len(sums) == 1 else b.op("Add", *sums)
 
 
+def reflector(b: Builder, x: Planes, row: ir.Value, j: ir.Value, dtype: np.dtype) -> tuple[Planes, ir.Value]:
+    """The Householder reflector I - scale v v^H that maps the (B, m, 1) column x, zero above row j, to
+    beta e_j: v and scale = 2 / v^H v, 0 (the identity) for a zero x. beta = -phase(x_j) ||x|| (phase(0) = 1), so
+    v = x - beta e_j has no cancellation at j. `row`: iota (m, 1); j: the scalar row index."""
+    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    alpha = [b.op("Gather", v, loop_step(b, j), axis=1) for v in x]
+    norm = b.op("Sqrt", sum_squares(b, x, [1]))
+    size = b.op("Sqrt", b.op("Add", *(b.op("Mul", v, v) for v in alpha))) if len(x) > 1 else b.op("Abs", alpha[0])
+    nonzero = b.op("Greater", size, zero)
+    phase = [b.op("Where", nonzero, b.op("Div", alpha[0], b.op("Where", nonzero, size, one)), one)]
+    if len(x) > 1:
+        phase.append(b.op("Where", nonzero, b.op("Div", alpha[1], b.op("Where", nonzero, size, one)), zero))
+    v = [b.op("Where", b.op("Equal", row, j), b.op("Add", a, b.op("Mul", ph, norm)), xv)
+         for a, ph, xv in zip(alpha, phase, x)]
+    vv = sum_squares(b, v, [1])
+    two = b.const(np.asarray(2, dtype))
+    empty = b.op("Equal", vv, zero)
+    return v, b.op("Where", empty, zero, b.op("Div", two, b.op("Where", empty, two, vv)))
+
+
+def nonfinite_info(b: Builder, x: ir.Value, dtype: np.dtype, ttype: TensorType) -> ir.Value:
+    """LAPACK's info for routines that cannot fail otherwise: 0, or 1 for a (B, r, c) input with a NaN or
+    infinity (x - x is NaN there), on which JAX reports all-NaN results."""
+    bad = b.op("Not", b.op("Equal", b.op("Sub", x, x), b.const(np.zeros((), dtype))))
+    return reshape_to(b, b.op("ReduceMax", b.cast(bad, np.int32), b.shape_const([1, 2]), keepdims=0),
+                      list(ttype.shape))
+
+
+def empty_results(b: Builder, types: Sequence[TensorType]) -> list[ir.Value]:
+    """The results for an empty batch or 0 x 0 matrices: empty, and info 0 where there is a batch."""
+    return [b.splat(0, t.storage.dtype, t.storage.shape) for t in types]
+
+
+def eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
+    """(B, n, n) identity matrices."""
+    return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
+
+
 def iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
     return b.const(np.arange(n, dtype=np.int64).reshape(shape))
 
@@ -134,5 +172,23 @@ def loop(b: Builder, name: str, trip: int, inits: Sequence[ir.Value], types: Seq
                     num_outputs=len(types) + len(row_types))
     stacked = [TensorType((trip, *t.shape), t.dtype) for t in row_types]
     for value, ttype in zip(results, [*types, *stacked]):
+        set_type(value, ttype)
+    return list(results)
+
+
+# (loop builder, step, carried values) -> (new carried values, whether to go on: a bool scalar)
+Until = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], ir.Value]]
+
+
+def loop_until(b: Builder, name: str, trip: int, go_on: ir.Value, inits: Sequence[ir.Value],
+               types: Sequence[TensorType], body: Until) -> list[ir.Value]:
+    """An ONNX Loop of at most `trip` steps carrying `inits`, run while `go_on` (then the body's flag) holds."""
+    sb = b.subgraph(name)
+    step, cond = graph_input(_I64), graph_input(_BOOL)
+    carried = [graph_input(t) for t in types]
+    outs, flag = body(sb, step, carried)
+    graph = sb.finish_subgraph([step, cond, *carried], [flag, *outs], [_BOOL, *types])
+    results = b.ops("Loop", b.const(np.int64(trip)), go_on, *inits, body=graph, num_outputs=len(types))
+    for value, ttype in zip(results, types):
         set_type(value, ttype)
     return list(results)

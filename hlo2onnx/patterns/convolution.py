@@ -76,10 +76,12 @@ class ScaleShift(Fusion):
     op_type = "BatchNormalization"
 
     def pattern(self, op, x, mean, scale, shift):
-        return op.Add(op.Mul(op.Sub(x, mean), scale), shift)
+        return op.Add(op.Mul(op.Sub(x, mean, _outputs=["centered"]), scale), shift)
 
-    def check(self, context, x, mean, scale, shift, **_) -> MatchResult:
+    def check(self, context, x, mean, scale, shift, centered, **_) -> MatchResult:
         result = self.available(x)
+        if result and (scale is centered or shift is centered):  # (x - m)^2 + c: the Sub goes, its value stays
+            return result.fail("x - mean is also the scale or the shift", centered)
         if result:
             self._channels = _channels(result, x, mean, scale, shift)
         if result and static_shape(x) and len(static_shape(x)) < 3:
