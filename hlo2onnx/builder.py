@@ -33,6 +33,11 @@ class Builder:
         self._consts: dict[tuple, ir.Value] = {}
         self._counter = 0
 
+    @property
+    def opset(self) -> int:
+        """The model's default-domain opset (rules whose best form needs a newer op ask it)."""
+        return self._root.graph.opset_imports.get("", 0)
+
     # -- nodes ---------------------------------------------------------------
     def op(self, op_type: str, *inputs: ir.Value | None, **attrs) -> ir.Value:
         if op_type == "Reshape" and "allowzero" not in attrs and _has_zero_size(inputs[1]):

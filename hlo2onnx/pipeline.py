@@ -24,9 +24,9 @@ from hlo2onnx.targets import ORT_CPU, Target
 from hlo2onnx.translator import Translator
 
 DEFAULT_OPSET = 21
-# Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish
-# (ORT 1.32 runs up to 24; see docs/formats.md).
-MIN_OPSET, MAX_OPSET = 18, 24
+# Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
+# (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md).
+MIN_OPSET, MAX_OPSET = 18, 26
 # Progress is reported at most this often (seconds).
 PROGRESS_PERIOD = 0.1
 

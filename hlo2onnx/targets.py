@@ -117,7 +117,7 @@ for _op in F16_VIA_F32:
     ORT_CPU_MISSING[_op] = ORT_CPU_MISSING.get(_op, "") + " float16"
 # Data movement that ORT CPU runs in bf16 too (measured; Expand, Tile, Pad, Where, Equal do not).
 _DATA_MOVEMENT = {"Identity", "Reshape", "Transpose", "Concat", "Slice", "Gather", "Cast", "Squeeze", "Unsqueeze",
-                  "Shape", "Size", "ConstantOfShape", "Flatten", "Split", "GatherND", "GatherElements"}
+                  "Shape", "Size", "ConstantOfShape", "Flatten", "Split", "GatherND", "GatherElements", "BitCast"}
 
 
 # Kernels ORT CPU has that give wrong integer answers: its integer ReduceSum/ReduceProd accumulate in

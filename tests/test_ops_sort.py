@@ -11,6 +11,7 @@ from jax._src.lax.lax import eq_to_p, le_to_p, lt_to_p  # the only way to emit a
 
 from harness import Case, rand, run_case
 from hlo2onnx.ops import sort as sort_module
+from mnjit import mnjit
 
 F32, F16, F64 = np.float32, np.float16, np.float64
 BF16 = ml_dtypes.bfloat16
@@ -192,3 +193,32 @@ COMPOSITE = [
 @pytest.mark.parametrize("case", COMPOSITE)
 def test_sort_composite(case: Case) -> None:
     run_case(case)
+
+
+def _with_negative_nans(dtype) -> np.ndarray:
+    x = special(F32)
+    x[7] = -np.nan  # sign bit set: XLA's total order puts it below -inf
+    return x.astype(dtype)
+
+
+NEGATIVE_NAN = [
+    *[Case(f"top_k_negative_nan_{np.dtype(d).name}", lambda a: lax.top_k(a, 15), (_with_negative_nans(d),))
+      for d in (F32, F16, BF16)],
+    Case("top_k_negative_nan_f64", lambda a: lax.top_k(a, 15), (_with_negative_nans(F64),), x64=True),
+    *[Case(f"total_order_negative_nan_{np.dtype(d).name}",
+           lambda a, b: (lt_to_p.bind(a, b), eq_to_p.bind(a, b), le_to_p.bind(b, a)),
+           (_with_negative_nans(d), _with_negative_nans(d)[::-1].copy())) for d in (F32, F64)],
+]
+
+
+@pytest.mark.parametrize("case", NEGATIVE_NAN, ids=repr)
+def test_negative_nan_order_from_opset_26(case: Case) -> None:
+    """A NaN's sign bit is readable only through BitCast (opset 26): there top_k and TOTALORDER match XLA."""
+    with jax.enable_x64(case.x64):
+        args = case.args
+        expected = jax.jit(case.fun)(*args)
+        actual = mnjit(case.fun, opset=sort_module.BITCAST_OPSET)(*args)
+    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
+        a, e = np.asarray(a), np.asarray(e)
+        bits = np.dtype(f"u{a.dtype.itemsize}")  # bit for bit: a NaN's sign is the point
+        np.testing.assert_array_equal(a.view(bits), e.view(bits))

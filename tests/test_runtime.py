@@ -30,13 +30,13 @@ def _python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env)
 
 
-@pytest.mark.parametrize("opset", [0, 13, 17, 25, "21"])
+@pytest.mark.parametrize("opset", [0, 13, 17, 27, "21"])
 def test_unsupported_opset_is_refused_at_the_boundary(opset):
     with pytest.raises(ValueError, match="opset .* not supported"):
         mnjit(lambda x: x + 1, opset=opset)
 
 
-@pytest.mark.parametrize("opset", [18, 23, 24])
+@pytest.mark.parametrize("opset", [18, 23, 24, 25, 26])
 def test_supported_opsets_run(opset):
     x = jnp.arange(4.0)
     assert_same(mnjit(lambda x: jnp.exp(x) + 1, opset=opset)(x), jax.jit(lambda x: jnp.exp(x) + 1)(x))

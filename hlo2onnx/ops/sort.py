@@ -10,10 +10,12 @@ takes only k. Any other comparator is evaluated on all pairs of elements
 (O(n^2), small sizes only).
 
 ORT's TopK orders NaNs arbitrarily, so float keys are first mapped to keys
-whose ordinary order is the total order. NaN signs cannot be read without a
-bit cast (ORT has none): every NaN counts as +NaN, which JAX's own
-canonicalization does anyway; only a raw TOTALORDER compare of a NaN whose
-sign bit is set differs from XLA (it sorts last instead of first).
+whose ordinary order is the total order. A NaN's sign can only be read by a
+bit cast, which ONNX has from opset 26 on (BitCast): there -NaN sorts below
+-inf as in XLA. Below opset 26 every NaN counts as +NaN, which JAX's own
+canonicalization does anyway; only a raw TOTALORDER compare (lax.top_k, a
+total-order compare) of a NaN whose sign bit is set then differs from XLA
+(it sorts first instead of last, from the top).
 """
 from __future__ import annotations
 
@@ -28,13 +30,15 @@ from hlo2onnx import attrs as attr_codec
 from hlo2onnx.ops.shape import transpose_to
 from hlo2onnx.registry import RULES, register
 from hlo2onnx.translator import RuleContext
-from hlo2onnx.types import TensorType, is_float, set_type, tensor_type
+from hlo2onnx.types import TensorType, is_float, onnx_dtype, set_type, tensor_type
 
 F64 = np.dtype(np.float64)
 # Above every finite f32/f16/bf16 value and below f64's infinity: where those formats' infinities go.
 _BEYOND_F32 = 1e300
 # Between -0 and the smallest negative f32/f16/bf16 subnormal.
 _NEG_ZERO_F32 = -1e-300
+# ONNX's BitCast, the only op that reads a NaN's sign bit.
+BITCAST_OPSET = 26
 # Largest pair matrix (elements) the generic comparator path builds.
 _PAIRWISE_LIMIT = 1 << 24
 
@@ -47,6 +51,16 @@ def _is_negative_zero(b, x: ir.Value, dtype: np.dtype) -> ir.Value:
     return b.op("And", zero, b.typed("Less", reciprocal, b.const(0, dtype), dtype=dtype, result_dtype=bool))
 
 
+def _negative_nan(b, x: ir.Value, dtype: np.dtype) -> ir.Value | None:
+    """NaNs whose sign bit is set, where the opset and target have BitCast (else None: unreadable)."""
+    if b.opset < BITCAST_OPSET or not b.target.supports("BitCast", dtype):
+        return None
+    signed = np.dtype(f"i{dtype.itemsize}")
+    bits = b.op("BitCast", x, to=onnx_dtype(signed))
+    nan = b.typed("IsNaN", x, dtype=dtype, result_dtype=bool)
+    return b.op("And", nan, b.op("Less", bits, b.const(0, signed)))
+
+
 def total_order_keys(b, x: ir.Value, dtype: np.dtype, canonical: bool) -> list[tuple[ir.Value, np.dtype]]:
     """(key, dtype) pairs, most significant first, whose lexicographic order is IEEE totalOrder on `x`.
 
@@ -55,16 +69,23 @@ def total_order_keys(b, x: ir.Value, dtype: np.dtype, canonical: bool) -> list[t
     """
     dtype = np.dtype(dtype)
     nan = b.typed("IsNaN", x, dtype=dtype, result_dtype=bool)
+    negative_nan = None if canonical else _negative_nan(b, x, dtype)
     inf = b.const(np.inf, F64)
     if dtype.itemsize < 8:
         wide = b.op("Clip", b.cast(x, F64), b.const(-_BEYOND_F32, F64), b.const(_BEYOND_F32, F64))
         if not canonical:
             wide = b.op("Where", _is_negative_zero(b, x, dtype), b.const(_NEG_ZERO_F32, F64), wide)
-        return [(b.op("Where", nan, inf, wide), F64)]
+        key = b.op("Where", nan, inf, wide)
+        if negative_nan is not None:  # below -inf, which the clip put at -_BEYOND_F32
+            key = b.op("Where", negative_nan, b.const(-np.inf, F64), key)
+        return [(key, F64)]
     primary = b.op("Where", nan, inf, x)
     secondary = b.cast(nan, np.int32)
     if not canonical:
         secondary = b.op("Sub", secondary, b.cast(_is_negative_zero(b, x, dtype), np.int32))
+    if negative_nan is not None:  # -NaN: (-inf, -1), below -inf's (-inf, 0)
+        primary = b.op("Where", negative_nan, b.const(-np.inf, F64), primary)
+        secondary = b.op("Sub", secondary, b.op("Mul", b.cast(negative_nan, np.int32), b.const(np.int32(2))))
     return [(primary, F64), (secondary, np.dtype(np.int32))]
 
 
