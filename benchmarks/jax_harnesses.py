@@ -52,6 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--rerun", default=None,
                    help="a previous --json: run again only its non-passing harnesses, keep its passes")
     p.add_argument("--verbose", "-v", action="store_true", help="print each non-pass with its message")
+    p.add_argument("--opset", type=int, default=None, help="the ONNX opset mnjit writes (default: hlo2onnx's)")
     return p.parse_args(argv)
 
 
@@ -255,7 +256,7 @@ PROPERTY_CHECKS = {"svd": _check_svd, "eigh": _check_eigh, "eig": _check_eig, "c
                    "sort": _check_unstable_sort, "approx_top_k": _check_approx_top_k}
 
 
-def run_one(h, seed=0):
+def run_one(h, seed=0, opset=None):
     import jax
     import numpy as np
 
@@ -270,7 +271,7 @@ def run_one(h, seed=0):
     except Exception as err:  # noqa: BLE001
         return "jax-fail", f"{type(err).__name__}: {str(err)[:200]}"
     try:
-        actual = mnjit(h.dyn_fun)(*args)
+        actual = (mnjit(h.dyn_fun) if opset is None else mnjit(h.dyn_fun, opset=opset))(*args)
     except Hlo2OnnxError as err:
         return "refused", f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
     except Exception as err:  # noqa: BLE001
@@ -303,7 +304,7 @@ def run_shard(args):
     results = []
     for h in select(test_harnesses.all_harnesses, args):
         t0 = time.perf_counter()
-        status, msg = run_one(h)
+        status, msg = run_one(h, opset=args.opset)
         results.append(dict(name=h.fullname, group=h.group_name, dtype=dtype_name(h), status=status,
                             msg=msg, seconds=round(time.perf_counter() - t0, 3)))
         if args.verbose and status != "pass":
@@ -322,6 +323,7 @@ def run_parallel(args):
         cmd += ["--only", args.only] if args.only else []
         cmd += ["--sample", str(args.sample)] if args.sample else []
         cmd += ["-v"] if args.verbose else []
+        cmd += ["--opset", str(args.opset)] if args.opset else []
         procs.append(subprocess.Popen(cmd))
     for p in procs:
         p.wait()
