@@ -5,6 +5,8 @@ graph must hold the Concat where the rule applies and not where the array is sma
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -75,3 +77,40 @@ def test_widened_inside_a_fire_loop():
     with jax.enable_x64(True):
         ops = all_ops(case.fun, *case.args)
     assert ops["Loop"] == 1 and ops["Concat"] >= 1 and ops["Mod"] == 1, dict(ops)
+
+
+# -- x[..., t::k]: pooling windows along the last axis, as one Reshape, Transpose and Split ------------------
+def pool(reducer, init, k, stride=None):
+    stride = k if stride is None else stride
+    return lambda x: jax.lax.reduce_window(x, init, reducer, (1, 1, 1, k), (1, 1, 1, stride), "VALID")
+
+
+def pooled_input(shape, dtype=np.float32, nan=False):
+    """Specials in windows of their own and mixed. NaN only where asked: XLA's CPU max/min windows drop a NaN
+    or keep it depending on its place in the window (measured, with or without this rewrite)."""
+    special = SPECIAL if nan else SPECIAL[~np.isnan(SPECIAL)]
+    x = rand(shape, dtype, seed=3)
+    x.reshape(-1)[:len(special) * 3] = np.repeat(special, 3)
+    x[0, 0, 1, :len(special)] = special[::-1]
+    return x
+
+
+STRIDED = [  # (case, Splits expected)
+    (Case("max_2", pool(jax.lax.max, -np.inf, 2), (pooled_input((4, 8, 32, 64)),)), 1),
+    (Case("max_2_crop", pool(jax.lax.max, -np.inf, 2), (pooled_input((4, 8, 32, 65)),)), 1),  # the last column left out
+    (Case("max_3", pool(jax.lax.max, -np.inf, 3), (pooled_input((4, 8, 32, 66)),)), 1),
+    (Case("min_2_f64", pool(jax.lax.min, np.inf, 2), (pooled_input((4, 8, 32, 64), np.float64),), x64=True), 1),
+    (Case("mul_2", pool(jax.lax.mul, 1.0, 2), (pooled_input((4, 8, 32, 64), nan=True),)), 1),
+    (Case("int_max_2", pool(jax.lax.max, np.iinfo(np.int32).min, 2),
+          (rand((4, 8, 32, 64), np.int32, seed=4),)), 1),
+    (Case("overlapping_windows", pool(jax.lax.max, -np.inf, 3, 2), (pooled_input((4, 8, 32, 65)),)), 1),  # t = 0, 1
+    (Case("small", pool(jax.lax.max, -np.inf, 2), (pooled_input((2, 2, 4, 64)),)), 0),
+]
+
+
+@pytest.mark.parametrize("case,splits", STRIDED, ids=[c.name for c, _ in STRIDED])
+def test_strided_last_axis_slices(case, splits):
+    run_case(dataclasses.replace(case, tol=(0, 0)))  # block copies and the same merges: the same values
+    with jax.enable_x64(case.x64):
+        ops = all_ops(case.fun, *case.args)
+    assert ops["Split"] == splits, dict(ops)

@@ -320,7 +320,8 @@ def test_accumulate_into_gemm(name, fun, args, x64, fused):
         run_case(Case(name, fun, args, tol=(1e-5, 1e-5) if not x64 else (1e-12, 1e-12)))
         graph = mnjit(fun).lower(*args).onnx_model.graph
         gemms = [node for node in graph.node if node.op_type == "Gemm"]
-        accumulating = [node for node in gemms if len(node.input) == 3 and any(a.name == "beta" for a in node.attribute)]
+        accumulating = [node for node in gemms
+                        if len(node.input) == 3 and any(a.name == "beta" for a in node.attribute)]
         assert bool(accumulating) == fused, [node.op_type for node in graph.node]
         if fused:
             assert not any(node.op_type in ("Add", "Mul") for node in graph.node)

@@ -1,4 +1,6 @@
-"""Binary elementwise ops whose operand broadcasts along a short last axis: s[..., 1] * v[..., K].
+"""Two slow ORT forms along a short last axis, rewritten into block copies.
+
+1. Binary elementwise ops whose operand broadcasts along a short last axis: s[..., 1] * v[..., K].
 
 ORT's broadcasting loop calls its kernel once per contiguous run the operands share,
 here one call of K elements per position: JAX-MD's force, dR[N, N, 2] * f(r)[N, N, 1],
@@ -8,6 +10,12 @@ the same shape in one kernel call. Concat copies values bit for bit, so every va
 (NaN, infinities, signed zeros) is what the broadcast would have read. algebra.py's
 widen rule materializes an operand that broadcasts before the last axis; this one the
 last axis itself (Expand is no help there: it copies in runs of one element too).
+
+2. Slices with a step along the last axis, x[..., t::k]: the windows of a pooling whose stride is its size
+(a 2x2 max pool in NCHW), which ORT's Slice copies element by element (a quarter of a CNN's time). A Reshape
+to (..., n/k, k), a Transpose that puts the k axis in front and a Split give all k of them, in whole blocks:
+two strided Slices and their Max took 1013 us on f32[32, 32, 16, 32], this form 464 us (measured). The same
+bits move, so the values are exact.
 """
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.patterns import noderules
-from hlo2onnx.patterns.cleanup import all_graphs, static_shape
+from hlo2onnx.patterns.cleanup import all_graphs, const_array, static_shape
 
 # Below this many output elements the broadcast costs too little to matter.
 MIN_ELEMENTS = 1 << 16
@@ -43,8 +51,67 @@ def _widen_last_axis(node: ir.Node, emit: noderules.Emitter) -> ir.Value | None:
     return None
 
 
+# Strides up to this many: the Split's outputs, one per window position.
+MAX_STRIDE = 8
+
+
+def _last_axis_stride(node: ir.Node) -> tuple[int, int, int] | None:
+    """(t, k, count) when the Slice is x[..., t : t + k * count : k] along x's last axis only, k > 1."""
+    shape, arrays = static_shape(node.inputs[0]), [const_array(v) for v in node.inputs[1:5]]
+    if shape is None or len(arrays) != 4 or any(a is None or a.size != 1 for a in arrays):
+        return None
+    start, end, axis, step = (int(a.reshape(())) for a in arrays)
+    n = shape[-1]
+    if axis % len(shape) != len(shape) - 1 or not 1 < step <= MAX_STRIDE or not 0 <= start < step:
+        return None
+    count = len(range(start, min(end, n) if end >= 0 else n + end, step))
+    return (start, step, count) if count > 0 else None
+
+
+class _StridedSlices:
+    """The Slice rule; remembers each (x, k, count) Split so that x's other window positions share it."""
+
+    def __init__(self) -> None:
+        self.splits: dict[tuple[int, int, int], list[ir.Value]] = {}
+
+    def __call__(self, node: ir.Node, emit: noderules.Emitter) -> ir.Value | None:
+        found, x = _last_axis_stride(node), node.inputs[0]
+        out = static_shape(node.outputs[0])
+        if found is None or int(np.prod(static_shape(x))) < MIN_ELEMENTS or 0 in out:
+            return None
+        t, k, count = found
+        key = (id(x), k, count)
+        if key not in self.splits:
+            if not all(emit.allows(op, x) for op in ("Reshape", "Transpose", "Split")):
+                return None
+            self.splits[key] = self._split(emit, x, k, count, node.outputs[0])
+        return emit("Reshape", self.splits[key][t], emit.graph_shape(out), like=node.outputs[0])
+
+    @staticmethod
+    def _split(emit: noderules.Emitter, x: ir.Value, k: int, count: int, like: ir.Value) -> list[ir.Value]:
+        shape = static_shape(x)
+        rank, rest = len(shape), list(shape[:-1])
+        if count * k != shape[-1]:  # crop to whole windows: a unit-step Slice copies rows
+            ends = emit.graph_shape((count * k,))
+            x = emit("Slice", x, emit.graph_shape((0,)), ends, emit.graph_shape((rank - 1,)), like=x)
+            x.shape = ir.Shape(rest + [count * k])
+        blocks = emit("Reshape", x, emit.graph_shape(tuple(rest + [count, k])), like=x)
+        blocks.shape = ir.Shape(rest + [count, k])
+        front = emit("Transpose", blocks, like=x, attrs=(ir.AttrInt64s("perm", [rank] + list(range(rank))),))
+        front.shape = ir.Shape([k] + rest + [count])
+        split = ir.Node("", "Split", [front, emit.graph_shape((1,) * k)], [ir.AttrInt64("axis", 0)], num_outputs=k)
+        emit.graph.insert_before(emit.anchor, split)
+        emit.created.append(split)
+        for part in split.outputs:
+            part.type, part.shape = like.type, ir.Shape([1] + rest + [count])
+        return list(split.outputs)
+
+
 def widen_last_axes(model: ir.Model) -> int:
-    """The rewrite over every graph; returns how many nodes it replaced. Runs after the clean-ups
+    """The rewrites over every graph; returns how many nodes they replaced. Runs after the clean-ups
     (which would fold the copies back into a broadcast)."""
-    rules = dict.fromkeys(_OPS, _widen_last_axis)
-    return sum(noderules.rewrite(graph, rules) for graph in all_graphs(model.graph))
+    total = 0
+    for graph in all_graphs(model.graph):
+        rules = {**dict.fromkeys(_OPS, _widen_last_axis), "Slice": _StridedSlices()}
+        total += noderules.rewrite(graph, rules)
+    return total
