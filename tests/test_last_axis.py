@@ -105,6 +105,7 @@ STRIDED = [  # (case, Splits expected)
           (rand((4, 8, 32, 64), np.int32, seed=4),)), 1),
     (Case("overlapping_windows", pool(jax.lax.max, -np.inf, 3, 2), (pooled_input((4, 8, 32, 65)),)), 1),  # t = 0, 1
     (Case("small", pool(jax.lax.max, -np.inf, 2), (pooled_input((2, 2, 4, 64)),)), 0),
+    (Case("every_other_odd", lambda x: (x[..., ::2], x[..., 1::2]), (pooled_input((4, 8, 32, 65)),)), 1),  # 33, 32
 ]
 
 

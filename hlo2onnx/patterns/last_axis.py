@@ -65,7 +65,8 @@ def _last_axis_stride(node: ir.Node) -> tuple[int, int, int] | None:
     if axis % len(shape) != len(shape) - 1 or not 1 < step <= MAX_STRIDE or not 0 <= start < step:
         return None
     count = len(range(start, min(end, n) if end >= 0 else n + end, step))
-    return (start, step, count) if count > 0 else None
+    # Whole windows only: x[..., ::2] of an odd length has one element more than (..., n // 2, 2) holds.
+    return (start, step, count) if 0 < count and count * step <= n else None
 
 
 class _StridedSlices:
