@@ -21,7 +21,6 @@ from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
 from mnjit import device, ffi, runtime, fallback as partitioned
 
-_ARRAY_TYPE = type(jax.numpy.zeros(()))
 _flatten = jax.tree_util.tree_flatten
 
 
@@ -30,7 +29,7 @@ class _TracerSeen(Exception):
 
 
 def _leaf_signature(leaf: Any) -> tuple:
-    if type(leaf) is _ARRAY_TYPE:
+    if type(leaf) is runtime.ARRAY_TYPE:
         return leaf.shape, leaf.dtype, leaf.weak_type
     if isinstance(leaf, core.Tracer):
         raise _TracerSeen
@@ -135,9 +134,10 @@ class _TypedKeys:
     """Typed PRNG keys (jax.random.key) cross the boundary as their key data, which is what StableHLO and
     ONNX hold, and come back as keys of the same implementation (threefry, rbg, unsafe_rbg, ...)."""
 
-    def __init__(self, target: hlo2onnx.Target, model, in_avals: list, out_avals: list):
+    def __init__(self, target: hlo2onnx.Target, model, in_avals: list, out_avals: list,
+                 session: ffi.FfiSession | None = None):
         self.runner = device.make_runner(target, model, list(map(_physical, in_avals)),
-                                         list(map(_physical, out_avals)))
+                                         list(map(_physical, out_avals)), session)
         self.key_inputs = [i for i, aval in enumerate(in_avals) if _is_key(aval)]
         # A key dtype names its implementation only through this attribute (jax has no public reader).
         self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if _is_key(aval)}
@@ -152,17 +152,23 @@ class _TypedKeys:
         return outputs
 
 
-def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> device.Runner:
+def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list,
+                session: ffi.FfiSession | None = None) -> device.Runner:
     if any(map(_is_key, in_avals + out_avals)):
-        return _TypedKeys(target, model, in_avals, out_avals)
-    return device.make_runner(target, model, in_avals, out_avals)
+        return _TypedKeys(target, model, in_avals, out_avals, session)
+    return device.make_runner(target, model, in_avals, out_avals, session)
+
+
+def _ffi_session(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> ffi.FfiSession | None:
+    """mnjit's own C session for one model where the target is ORT on the CPU (mnjit/ffi.py), else None."""
+    if target.runtime != "onnxruntime" or target.device != "cpu":
+        return None
+    return ffi.create(model, [_physical(a) for a in in_avals], [_physical(a) for a in out_avals])
 
 
 def _fast_call_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> _FastCall | None:
     """The ORT custom call for one model, or None where the Python path must run it (mnjit/ffi.py)."""
-    if target.runtime != "onnxruntime" or target.device != "cpu":
-        return None
-    session = ffi.create(model, [_physical(a) for a in in_avals], [_physical(a) for a in out_avals])
+    session = _ffi_session(target, model, in_avals, out_avals)
     return _FastCall(session, in_avals, out_avals) if session is not None and session.runs_in_jit() else None
 
 
@@ -350,8 +356,11 @@ class MnjitFunction:
         # The StableHLO module holds a copy of every constant; the entry keeps only the ONNX model.
         lowered.lowered = None
         entry = _CacheEntry(lowered, lowered.traced.out_tree, make_runner)
-        if fast:
-            entry.fast = _fast_call_for(target, model, in_avals, out_avals)
+        session = _ffi_session(target, model, in_avals, out_avals) if fast else None
+        if session is not None and session.runs_in_jit():
+            entry.fast = _FastCall(session, in_avals, out_avals)
+        elif session is not None:  # too slow for the custom call: the Python path runs this same session
+            entry.make_runner = functools.partial(_runner_for, target, model, in_avals, out_avals, session)
         return entry
 
     def clear_cache(self) -> None:

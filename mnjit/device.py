@@ -7,12 +7,15 @@ else instead.
 from __future__ import annotations
 
 import importlib.util
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import jax
 import onnx_ir as ir
 
 from hlo2onnx import Target
+
+if TYPE_CHECKING:
+    from mnjit.ffi import FfiSession
 
 
 class TargetUnavailableError(RuntimeError):
@@ -57,8 +60,10 @@ def require(target: Target) -> None:
                                          f"none on this machine (jax.devices(): {jax.devices()})")
 
 
-def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> Runner:
-    """The runner for one translated signature on `target` (its availability already checked)."""
+def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: Sequence,
+                session: FfiSession | None = None) -> Runner:
+    """The runner for one translated signature on `target` (its availability already checked); `session`,
+    mnjit's C session of the model when one was made already (ort-cpu, core)."""
     if not out_avals:
         from mnjit.runtime import NoOutputRunner
 
@@ -73,7 +78,8 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
         return CudaOrtRunner(model, in_avals, out_avals, target.providers)
     from mnjit import ffi
 
-    session = ffi.create(model, in_avals, out_avals)  # mnjit's own ORT environment and thread pool
+    if session is None:
+        session = ffi.create(model, in_avals, out_avals)  # mnjit's own ORT environment and thread pool
     if session is not None:
         return ffi.FfiRunner(session, in_avals, out_avals)
     from mnjit.runtime import OrtRunner

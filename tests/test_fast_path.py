@@ -158,3 +158,14 @@ def test_pool_size_is_fixed_once_sessions_exist():
         runtime.set_intra_op_threads(count + 1)
     with pytest.raises(ValueError, match="positive integer"):
         runtime.set_intra_op_threads(0)
+
+
+def test_a_slow_signature_is_one_session(monkeypatch):
+    """A signature the custom call cannot take runs the session its probe made: ORT builds it once."""
+    made = []
+    create = ffi.create
+    monkeypatch.setattr(ffi, "create", lambda *a: made.append(1) or create(*a))
+    fun = mnjit(lambda x: lax.while_loop(lambda v: v.sum() < 100, lambda v: v * 2, x))
+    x = rand((3,), low=0.5, high=1)
+    assert_same(fun(x), jax.jit(fun._fun)(x))
+    assert _fast_entries(fun) == [False] and len(made) == 1
