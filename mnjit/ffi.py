@@ -40,7 +40,6 @@ _ONNX_TYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8)
 _COMPLEX = {np.dtype(np.complex64): 1, np.dtype(np.complex128): 11}
 _ERROR_SIZE = 1024
 MAX_WEIGHT_BYTES = 16 << 20
-_ARRAY_TYPE = type(jax.numpy.zeros(()))
 
 
 class _Library:
@@ -256,7 +255,7 @@ class FfiRunner:
     def run(self, leaves: Sequence) -> list[jax.Array]:
         keep_alive, inputs = [], []  # converted leaves must live until the run ends
         for leaf, dtype in zip(leaves, self.in_dtypes):
-            if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype:
+            if type(leaf) is runtime.ARRAY_TYPE and leaf.dtype == dtype:
                 leaf.block_until_ready()  # jax computes asynchronously; the address is only valid once ready
                 inputs.append(leaf.unsafe_buffer_pointer())
                 continue

@@ -23,7 +23,7 @@ import onnxruntime as ort
 from jax._src.lib import _jax  # raw DLPack import (3.4 us against 50 us for jax.dlpack.from_dlpack)
 
 _C = ort.capi._pybind_state
-_ARRAY_TYPE = type(jax.numpy.zeros(()))
+ARRAY_TYPE = type(jax.numpy.zeros(()))  # jax.Array's concrete class: an exact type test
 _KDL_CPU = 1
 _BOOL = np.dtype(np.bool_)
 # dtype -> (same-width unsigned view, ONNX TensorProto type): ORT's numpy bridge knows no ml_dtypes.
@@ -186,7 +186,7 @@ class OrtRunner:
     def _run_bound(self, binding, leaves: Sequence, run_options):
         keep_alive = []  # buffers bound by address or OrtValue must live until the run ends
         for name, leaf, dtype, by_address in zip(self.input_names, leaves, self.in_dtypes, self._by_address):
-            if type(leaf) is _ARRAY_TYPE and leaf.dtype == dtype and by_address:
+            if type(leaf) is ARRAY_TYPE and leaf.dtype == dtype and by_address:
                 leaf.block_until_ready()  # jax computes asynchronously; the address is only valid once ready
                 binding.bind_input(name, self._ort_cpu, dtype, leaf.shape, leaf.unsafe_buffer_pointer())
                 continue
