@@ -28,7 +28,7 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops import complex as complex_ops
 from hlo2onnx.ops.complex import Z
-from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, first_failure, flat, iota, loop,
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, eye, first_failure, flat, iota, loop,
                                       loop_step, matmul, reversed_axes, set_column, sum_squares, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
@@ -298,8 +298,7 @@ def householder_q(b: Builder, reflectors: Planes, taus: Planes, shape: tuple[int
         minus_tau = [sb.op("Neg", sb.op("Gather", t, i1, axis=1)) for t in taus]
         return [sb.op("Add", q, u) for q, u in zip(carried, _times(sb, v, _times(sb, minus_tau, w, dtype), dtype))], []
 
-    eye = b.op("Expand", b.const(np.eye(m, n, dtype=dtype)), b.shape_const([batch, m, n]))
-    planes = [eye, b.op("Expand", zero, b.shape_const([batch, m, n]))][:len(reflectors)]
+    planes = [eye(b, batch, m, dtype, n), b.op("Expand", zero, b.shape_const([batch, m, n]))][:len(reflectors)]
     return loop(b, "orgqr", k, planes, [TensorType((batch, m, n), dtype)] * len(planes), body)
 
 

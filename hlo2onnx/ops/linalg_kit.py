@@ -114,9 +114,10 @@ def empty_results(b: Builder, types: Sequence[TensorType]) -> list[ir.Value]:
     return [b.splat(0, t.storage.dtype, t.storage.shape) for t in types]
 
 
-def eye(b: Builder, batch: int, n: int, dtype: np.dtype) -> ir.Value:
-    """(B, n, n) identity matrices."""
-    return b.op("Expand", b.const(np.eye(n, dtype=dtype)), b.shape_const([batch, n, n]))
+def eye(b: Builder, batch: int, n: int, dtype: np.dtype, cols: int | None = None) -> ir.Value:
+    """(B, n, cols) identity matrices (square by default)."""
+    cols = n if cols is None else cols
+    return b.op("Expand", b.const(np.eye(n, cols, dtype=dtype)), b.shape_const([batch, n, cols]))
 
 
 def iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
@@ -160,20 +161,29 @@ def first_failure(b: Builder, failed: ir.Value, ttype: TensorType) -> ir.Value:
     return reshape_to(b, info, list(ttype.shape))
 
 
-def loop(b: Builder, name: str, trip: int, inits: Sequence[ir.Value], types: Sequence[TensorType], body: Body,
-          row_types: Sequence[TensorType] = ()) -> list[ir.Value]:
-    """An ONNX Loop of `trip` steps carrying `inits`; scan outputs stack the rows `body` yields."""
+def _loop(b: Builder, name: str, trip: int, go_on: ir.Value | None, inits: Sequence[ir.Value],
+          types: Sequence[TensorType], row_types: Sequence[TensorType], body) -> list[ir.Value]:
+    """The ONNX Loop both builders below make; `body(sb, step, cond, carried)` -> (flag, outs, rows)."""
     sb = b.subgraph(name)
     step, cond = graph_input(_I64), graph_input(_BOOL)
     carried = [graph_input(t) for t in types]
-    outs, rows = body(sb, step, carried)
-    graph = sb.finish_subgraph([step, cond, *carried], [cond, *outs, *rows], [_BOOL, *types, *row_types])
-    results = b.ops("Loop", b.const(np.int64(trip)), None, *inits, body=graph,
+    flag, outs, rows = body(sb, step, cond, carried)
+    graph = sb.finish_subgraph([step, cond, *carried], [flag, *outs, *rows], [_BOOL, *types, *row_types])
+    results = b.ops("Loop", b.const(np.int64(trip)), go_on, *inits, body=graph,
                     num_outputs=len(types) + len(row_types))
     stacked = [TensorType((trip, *t.shape), t.dtype) for t in row_types]
     for value, ttype in zip(results, [*types, *stacked]):
         set_type(value, ttype)
     return list(results)
+
+
+def loop(b: Builder, name: str, trip: int, inits: Sequence[ir.Value], types: Sequence[TensorType], body: Body,
+         row_types: Sequence[TensorType] = ()) -> list[ir.Value]:
+    """An ONNX Loop of `trip` steps carrying `inits`; scan outputs stack the rows `body` yields."""
+    def steps(sb, step, cond, carried):
+        outs, rows = body(sb, step, carried)
+        return cond, outs, rows
+    return _loop(b, name, trip, None, inits, types, row_types, steps)
 
 
 # (loop builder, step, carried values) -> (new carried values, whether to go on: a bool scalar)
@@ -183,12 +193,7 @@ Until = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], 
 def loop_until(b: Builder, name: str, trip: int, go_on: ir.Value, inits: Sequence[ir.Value],
                types: Sequence[TensorType], body: Until) -> list[ir.Value]:
     """An ONNX Loop of at most `trip` steps carrying `inits`, run while `go_on` (then the body's flag) holds."""
-    sb = b.subgraph(name)
-    step, cond = graph_input(_I64), graph_input(_BOOL)
-    carried = [graph_input(t) for t in types]
-    outs, flag = body(sb, step, carried)
-    graph = sb.finish_subgraph([step, cond, *carried], [flag, *outs], [_BOOL, *types])
-    results = b.ops("Loop", b.const(np.int64(trip)), go_on, *inits, body=graph, num_outputs=len(types))
-    for value, ttype in zip(results, types):
-        set_type(value, ttype)
-    return list(results)
+    def steps(sb, step, cond, carried):
+        outs, flag = body(sb, step, carried)
+        return flag, outs, []
+    return _loop(b, name, trip, go_on, inits, types, (), steps)
