@@ -51,13 +51,12 @@ def _is_negative_zero(b, x: ir.Value, dtype: np.dtype) -> ir.Value:
     return b.op("And", zero, b.typed("Less", reciprocal, b.const(0, dtype), dtype=dtype, result_dtype=bool))
 
 
-def _negative_nan(b, x: ir.Value, dtype: np.dtype) -> ir.Value | None:
-    """NaNs whose sign bit is set, where the opset and target have BitCast (else None: unreadable)."""
+def _negative_nan(b, x: ir.Value, nan: ir.Value, dtype: np.dtype) -> ir.Value | None:
+    """The NaNs (`nan`: IsNaN(x)) whose sign bit is set, where the opset and target have BitCast (else None)."""
     if b.opset < BITCAST_OPSET or not b.target.supports("BitCast", dtype):
         return None
     signed = np.dtype(f"i{dtype.itemsize}")
     bits = b.op("BitCast", x, to=onnx_dtype(signed))
-    nan = b.typed("IsNaN", x, dtype=dtype, result_dtype=bool)
     return b.op("And", nan, b.op("Less", bits, b.const(0, signed)))
 
 
@@ -69,7 +68,7 @@ def total_order_keys(b, x: ir.Value, dtype: np.dtype, canonical: bool) -> list[t
     """
     dtype = np.dtype(dtype)
     nan = b.typed("IsNaN", x, dtype=dtype, result_dtype=bool)
-    negative_nan = None if canonical else _negative_nan(b, x, dtype)
+    negative_nan = None if canonical else _negative_nan(b, x, nan, dtype)
     inf = b.const(np.inf, F64)
     if dtype.itemsize < 8:
         wide = b.op("Clip", b.cast(x, F64), b.const(-_BEYOND_F32, F64), b.const(_BEYOND_F32, F64))
