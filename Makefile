@@ -1,6 +1,12 @@
-# Everything runs from .venv, created by `make install`.
+# Everything runs from a virtual environment created by `make install`: .venv for the default python3, and
+# .venv-pythonX.Y for another interpreter, so that both legs of CI live side by side
+# (`make test PYTHON=python3.12` gives the newest jax: jax 0.11 and later need Python >= 3.12).
 PYTHON ?= python3
-VENV := .venv
+VENV ?= $(if $(filter python3,$(PYTHON)),.venv,.venv-$(notdir $(PYTHON)))
+# pyenv installs 3.12 and 3.13 without putting them on PATH (its shim refuses to run them): then take the
+# newest installed pyenv version of that name.
+PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null || \
+	ls -d $$(pyenv root 2>/dev/null)/versions/$(patsubst python%,%,$(notdir $(PYTHON)))*/bin/$(notdir $(PYTHON)) 2>/dev/null | sort -V | tail -n 1)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
@@ -8,10 +14,15 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# CONSTRAINTS=file pins versions inside the supported range (.ci/oldest.txt: the oldest stack CI tests).
+CONSTRAINTS ?=
+
+$(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
+	@test -n "$(PYTHON_EXE)" || { echo "no interpreter found for PYTHON=$(PYTHON)" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON_EXE) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,samples]'
+	$(PY) -m pip install -q -e '.[test,samples]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	$(PY) -c 'import jax, onnxruntime, sys; print(f"installed: Python {sys.version.split()[0]}, jax {jax.__version__}, onnxruntime {onnxruntime.__version__}")'
 	touch $(STAMP)
 
 run: install
@@ -38,4 +49,4 @@ bench: install
 	$(PY) benchmarks/bench_mnist.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf .venv .venv-python* build *.egg-info

@@ -22,6 +22,7 @@ from jax.extend.mlir import ir as mlir
 from jax.extend.mlir import passmanager
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx import compat
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.mlir_io import make_context, parse_module
 from hlo2onnx.translator import arg_name, unique_name
@@ -88,16 +89,16 @@ def quiet_context() -> mlir.Context:
 
 
 def _read_bytecode(data: bytes, context: mlir.Context) -> mlir.Module:
-    # Portable artifacts (VHLO) must be upgraded to StableHLO; plain bytecode goes through the same door.
-    try:
+    # MLIR's own bytecode reader validates the bytes first: jaxlib 0.11 and 0.12 segfault in
+    # deserialize_portable_artifact on truncated bytecode (0.10 raised), and the reader says why it fails.
+    module = parse_module(data, context)
+    if not _first_op(module).startswith("vhlo."):
+        return module  # plain StableHLO bytecode
+    try:  # a portable artifact (VHLO) is upgraded to this jaxlib's StableHLO
         with context:
             return jax_mlir.deserialize_portable_artifact(data)
-    except Exception:  # jaxlib's runtime error says only "failed"; the parser below says why
-        pass
-    module = parse_module(data, context)
-    if _first_op(module).startswith("vhlo."):
-        raise InvalidInputError("cannot upgrade the portable artifact to this jaxlib's StableHLO")
-    return module
+    except Exception:  # jaxlib's runtime error says only "failed"
+        raise InvalidInputError("cannot upgrade the portable artifact to this jaxlib's StableHLO") from None
 
 
 def _first_op(module: mlir.Module) -> str:
@@ -138,11 +139,8 @@ def _bind_platform_index(module: mlir.Module, index: int) -> None:
 
 
 def _load_hlo_text(text: str, context: mlir.Context) -> Loaded:
-    from jaxlib import _hlo  # private, and the only HLO text parser jaxlib ships (docs/formats.md)
-
     try:
-        proto = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
-        bytecode = jax_mlir.hlo_to_stablehlo(proto)
+        bytecode = jax_mlir.hlo_to_stablehlo(compat.hlo_text_to_proto(text))
     except Exception as e:  # XLA's status errors: the line with "error:" says where
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         detail = next((line for line in lines if "error:" in line), lines[0] if lines else type(e).__name__)

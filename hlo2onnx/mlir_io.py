@@ -4,27 +4,19 @@ from __future__ import annotations
 import re
 
 from jax.extend.mlir import ir, passmanager
-from jaxlib.mlir._mlir_libs import _stablehlo
 
-# The StableHLO passes (chlo legalization among them) are not registered by
-# importing jax; registration is global to the MLIR library and idempotent.
-_stablehlo.register_stablehlo_passes()
-_PIPELINE = "builtin.module(func.func(chlo-legalize-to-stablehlo, stablehlo-legalize-deprecated-ops))"
-
+from hlo2onnx import compat
 from hlo2onnx.errors import InvalidInputError
+
+compat.register_stablehlo_passes()
+_PIPELINE = "builtin.module(func.func(chlo-legalize-to-stablehlo, stablehlo-legalize-deprecated-ops))"
 
 _POSITION = re.compile(r":(\d+):(\d+)")
 
 
 def make_context() -> ir.Context:
-    """A context with the StableHLO/CHLO/func dialects registered.
-
-    jax's own factory is private, but it is the only place that registers
-    exactly the dialects jax emits; validated once here.
-    """
-    from jax._src.interpreters import mlir as jax_mlir  # private: see docs/runtime.md
-
-    return jax_mlir.make_ir_context()
+    """A context with the StableHLO/CHLO/func dialects registered (jax's own factory)."""
+    return compat.make_ir_context()
 
 
 def parse_module(source: str | bytes, context: ir.Context | None = None) -> ir.Module:

@@ -5,14 +5,11 @@
 """
 from __future__ import annotations
 
-import jax
+# The capture and runtime rely on private APIs checked on a range of jax and ONNX Runtime releases:
+# importing compat refuses a jax outside it, ort_capi() an onnxruntime outside it, with a clear message.
+from hlo2onnx import compat
 
-# The capture and runtime rely on behaviour measured on this range (docs/runtime.md).
-_SUPPORTED_JAX = ((0, 10), (0, 11))
-_version = tuple(int(p) for p in jax.__version__.split(".")[:2])
-if not (_SUPPORTED_JAX[0] <= _version < _SUPPORTED_JAX[1]):
-    raise ImportError(
-        f"mnjit supports jax 0.10.x; found jax {jax.__version__}. Install with: pip install 'jax>=0.10,<0.11'")
+compat.ort_capi()
 
 from mnjit.api import MnjitFunction, MnjitLowered, mnjit  # noqa: E402
 

@@ -15,10 +15,10 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from hlo2onnx import compat
 from mnjit.runtime import create_session
 
-_C = ort.capi._pybind_state
-_KDL_CUDA = 2
+_C = compat.ort_capi()
 
 
 class CudaOrtRunner:
@@ -34,7 +34,7 @@ class CudaOrtRunner:
         self.in_dtypes = [np.dtype(a.dtype) for a in in_avals]
         self._ort_gpu = _C.OrtDevice(_C.OrtDevice.cuda(), _C.OrtDevice.default_memory(), device_id)
         self._run_options = _C.RunOptions()
-        self._c_session = self.session._sess
+        self._c_session = compat.c_session(self.session)
 
     def run(self, leaves: Sequence) -> list[jax.Array]:
         binding = _C.SessionIOBinding(self._c_session)
@@ -60,4 +60,4 @@ class _GpuCapsule:
         return self._capsule
 
     def __dlpack_device__(self):
-        return (_KDL_CUDA, self._device_id)
+        return (compat.KDL_CUDA, self._device_id)

@@ -28,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime
 
+from hlo2onnx import compat
 from mnjit import runtime
 
 _SOURCE = Path(__file__).with_name("csrc") / "ort_ffi.cc"
@@ -271,7 +272,7 @@ class FfiRunner:
             self._slow = time.perf_counter() - start > runtime.SLOW_RUN_SECONDS
         results = [runtime.host_to_jax(o, self.device) for o in outputs]
         for i in self.weak:
-            results[i] = runtime.mark_weak(results[i])
+            results[i] = compat.mark_weak(results[i])
         return results
 
 

@@ -17,7 +17,8 @@ import onnx
 import openvino as ov
 
 from mnjit.openvino_rewrite import empty_convolutions, for_openvino
-from mnjit.runtime import complex_as_pairs, host_to_jax, mark_weak, pairs_as_complex
+from hlo2onnx.compat import mark_weak
+from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
 _COMPLEX64 = np.dtype(np.complex64)
 # numpy dtypes OpenVINO tensors take directly; bf16 goes through a uint16 view typed as bf16.

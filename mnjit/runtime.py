@@ -20,11 +20,11 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
-from jax._src.lib import _jax  # raw DLPack import (3.4 us against 50 us for jax.dlpack.from_dlpack)
+from hlo2onnx import compat
 
-_C = ort.capi._pybind_state
+_C = compat.ort_capi()
+_to_buffer = compat.dlpack_to_buffer  # the raw DLPack import (3.4 us against 50 us for the public one)
 ARRAY_TYPE = type(jax.numpy.zeros(()))  # jax.Array's concrete class: an exact type test
-_KDL_CPU = 1
 _BOOL = np.dtype(np.bool_)
 # dtype -> (same-width unsigned view, ONNX TensorProto type): ORT's numpy bridge knows no ml_dtypes.
 _ML_DTYPES = {
@@ -163,7 +163,7 @@ class OrtRunner:
         self._plain_out = not self._bool_out and not self._complex_out
         self._device = jax.devices("cpu")[0]
         self._ort_cpu = _C.OrtDevice(_C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0)
-        self._c_session = self.session._sess
+        self._c_session = compat.c_session(self.session)
         # Inputs bound by address need ORT's element type and the shape; dtypes ORT cannot take that way
         # (ml_dtypes, complex as pairs) go through OrtValues.
         self._by_address = [dtype not in _ML_DTYPES and dtype not in _COMPLEX_PAIRS for dtype in self.in_dtypes]
@@ -228,7 +228,7 @@ class OrtRunner:
         if self._plain_out:
             device = self._device
             # copy=None: zero-copy when 64-byte aligned (ORT's CPU allocator is), else jax copies.
-            outputs = [_jax.dlpack_managed_tensor_to_buffer(c, device, None, None, _KDL_CPU) for c in capsules]
+            outputs = [_to_buffer(c, device, None, None, compat.KDL_CPU) for c in capsules]
         else:
             outputs = [self._import(i, capsule) for i, capsule in enumerate(capsules)]
         if self._weak:
@@ -241,13 +241,13 @@ class OrtRunner:
         if i in self._complex_out:
             pairs = np.from_dlpack(_CapsuleHolder(capsule))  # a view of ORT's buffer
             return jax.device_put(pairs_as_complex(pairs, self._complex_out[i]), self._device)
-        return _jax.dlpack_managed_tensor_to_buffer(capsule, self._device, None, None, _KDL_CPU)
+        return _to_buffer(capsule, self._device, None, None, compat.KDL_CPU)
 
     def _fix_weak(self, outputs: list[jax.Array]) -> list[jax.Array]:
         # Weak types are invisible in StableHLO but callers depend on them (jax-md's
         # FIRE state carries a weak f64 mass). Marking one costs a tiny convert.
         for i in self._weak:
-            outputs[i] = mark_weak(outputs[i])
+            outputs[i] = compat.mark_weak(outputs[i])
         return outputs
 
 
@@ -307,7 +307,7 @@ def host_to_jax(array: np.ndarray, device) -> jax.Array:
     against jax.device_put's 27 (docs/runtime.md, OpenVINO section). ml_dtypes do not cross DLPack.
     """
     if array.dtype not in _ML_DTYPES:
-        return _jax.dlpack_managed_tensor_to_buffer(array.__dlpack__(), device, None, None, _KDL_CPU)
+        return _to_buffer(array.__dlpack__(), device, None, None, compat.KDL_CPU)
     return jax.device_put(array, device)
 
 
@@ -331,12 +331,6 @@ def pairs_as_complex(pairs: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.require(pairs, requirements="C").view(dtype)[..., 0]
 
 
-def mark_weak(array: jax.Array) -> jax.Array:
-    from jax._src.lax import lax as lax_internal  # no public way to set weak_type
-
-    return lax_internal._convert_element_type(array, weak_type=True)
-
-
 class _CapsuleHolder:
     """Adapts a bare capsule to the __dlpack__ protocol for the public import."""
 
@@ -347,4 +341,4 @@ class _CapsuleHolder:
         return self._capsule
 
     def __dlpack_device__(self):
-        return (_KDL_CPU, 0)
+        return (compat.KDL_CPU, 0)

@@ -114,8 +114,10 @@ CASES = [
     (Case("pad_wrap_one_side", lambda x: jnp.pad(x, ((0, 0), (0, 3)), mode="wrap") + 1.0, (x64_,)),
      {"Slice": 0, "Concat": 0, "Pad": 1}),
     (Case("reverse_size_one", lambda x: x[:, 3:4][:, ::-1] + 1.0, (x64_,)), {"Slice": 1}),
+    # tanh' = 1 - tanh^2 cancels near saturation and the gradient sums 16 products of |x| <= 3, so its
+    # absolute error is about 16 * 3 * eps: jax.jit's own results on jaxlib 0.10 and 0.12 differ by 3.2e-6.
     (Case("dense_weight_grad", jax.grad(lambda w, x: jnp.sum(jnp.tanh(jnp.dot(x, w)))),
-          (rand((8, 5), seed=3), x64_)), {"Transpose": 0}),
+          (rand((8, 5), seed=3), x64_), tol=(2e-6, 1e-5)), {"Transpose": 0}),
 ]
 
 

@@ -23,7 +23,20 @@ def _unary(op: str, dtype: str) -> str:
     }}"""
 
 
+def _complex_abs(real: str) -> str:
+    return f"""func.func @main(%x: tensor<4xcomplex<{real}>>) -> tensor<4x{real}> {{
+      %0 = stablehlo.abs %x : (tensor<4xcomplex<{real}>>) -> tensor<4x{real}>
+      return %0 : tensor<4x{real}>
+    }}"""
+
+
+# Extremes that a naive sqrt(re^2 + im^2) over- or underflows.
+Z_EXTREME = np.array([3e37 + 4e37j, 3e-30 - 4e-30j, 0j, -5 + 0j], C64)
 HANDWRITTEN = [
+    # jax 0.12 lowers jnp.abs of complex itself (no complex stablehlo.abs): other producers still emit it.
+    ("abs_c64", _complex_abs("f32"), jnp.abs, (Z4,)),
+    ("abs_c64_extremes", _complex_abs("f32"), jnp.abs, (Z_EXTREME,)),
+    ("abs_c128", _complex_abs("f64"), jnp.abs, (Z4.astype(np.complex128) * 1e200,)),
     ("logistic_f32", _unary("logistic", "f32"), jax.nn.sigmoid, (rand((4,), low=-30, high=30),)),
     ("logistic_f64", _unary("logistic", "f64"), jax.nn.sigmoid, (rand((4,), np.float64, low=-700, high=700),)),
     ("sine_c64", _unary("sine", "complex<f32>"), jnp.sin, (Z4,)),
@@ -43,7 +56,7 @@ HANDWRITTEN = [
 
 @pytest.mark.parametrize("name,text,reference,args", HANDWRITTEN, ids=[h[0] for h in HANDWRITTEN])
 def test_handwritten(name, text, reference, args):
-    with jax.enable_x64(any(np.asarray(a).dtype == np.float64 for a in args)):
+    with jax.enable_x64(any(np.asarray(a).dtype in (np.float64, np.complex128) for a in args)):
         model = hlo2onnx.translate(hlo2onnx.parse_module(text))
         avals = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
         expected = jax.jit(reference)(*args)

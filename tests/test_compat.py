@@ -1,0 +1,127 @@
+"""hlo2onnx/compat.py: the version guard and each private API it wraps, on whichever jax/ORT this leg runs."""
+import configparser
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnxruntime
+import pytest
+
+from hlo2onnx import compat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("version, ok", [
+    ("0.9.2", False), ("0.10.0", True), ("0.10.2", True), ("0.11.2", True), ("0.12.0.1", True),
+    ("0.13.0", False), ("1.0.0", False), ("0.12.0.dev20261101", True)])
+def test_jax_range(version, ok):
+    if ok:
+        compat.require("jax", version, compat.SUPPORTED_JAX)
+    else:
+        with pytest.raises(ImportError, match=r"support jax 0\.10 to 0\.12; found jax .*pip install 'jax>=0\.10,<0\.13'"):
+            compat.require("jax", version, compat.SUPPORTED_JAX)
+
+
+@pytest.mark.parametrize("version, ok", [("1.30.0", False), ("1.31.1", True), ("1.32.0", True), ("1.33.0", False)])
+def test_onnxruntime_range(version, ok):
+    if ok:
+        compat.require("onnxruntime", version, compat.SUPPORTED_ONNXRUNTIME)
+    else:
+        with pytest.raises(ImportError, match=r"onnxruntime 1\.31 to 1\.32; .*'onnxruntime>=1\.31,<1\.33'"):
+            compat.require("onnxruntime", version, compat.SUPPORTED_ONNXRUNTIME)
+
+
+def test_installed_versions_are_supported():
+    compat.require("jax", jax.__version__, compat.SUPPORTED_JAX)
+    compat.require("onnxruntime", onnxruntime.__version__, compat.SUPPORTED_ONNXRUNTIME)
+
+
+def test_setup_cfg_pins_match_the_guard():
+    """The pins pip installs and the range the import refuses outside of are the same range."""
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    requires = config["options"]["install_requires"]
+    for package, ((a, b), (c, d)) in [("jax", compat.SUPPORTED_JAX), ("jaxlib", compat.SUPPORTED_JAX),
+                                      ("onnxruntime", compat.SUPPORTED_ONNXRUNTIME)]:
+        assert f"\n{package}>={a}.{b},<{c}.{d}\n" in f"\n{requires}\n", package
+
+
+@pytest.mark.parametrize("module", ["mnjit", "hlo2onnx.conversion"])
+def test_import_refuses_unsupported_jax(module):
+    code = f"import jax; jax.__version__ = '0.13.0'\nimport {module}"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode != 0
+    assert "ImportError: mnjit and hlo2onnx support jax 0.10 to 0.12; found jax 0.13.0" in result.stderr
+    assert "Python >= 3.12" in result.stderr
+
+
+def test_import_refuses_unsupported_onnxruntime():
+    code = "import onnxruntime; onnxruntime.__version__ = '1.30.0'\nimport mnjit"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode != 0
+    assert "support onnxruntime 1.31 to 1.32; found onnxruntime 1.30.0" in result.stderr
+
+
+def test_dlpack_import():
+    host = np.arange(64, dtype=np.float32)
+    value = compat.dlpack_to_buffer(host.__dlpack__(), jax.devices("cpu")[0], None, None, compat.KDL_CPU)
+    np.testing.assert_array_equal(np.asarray(value), host)
+    if host.ctypes.data % 64 == 0:  # jax imports 64-byte aligned buffers in place and copies others
+        assert value.unsafe_buffer_pointer() == host.ctypes.data
+
+
+def test_trace_state_clean_sees_transformations():
+    seen = []
+
+    def f(x):
+        seen.append(compat.trace_state_clean())
+        return x * 2
+
+    f(1.0)
+    jax.jit(f)(1.0)
+    jax.grad(f)(1.0)
+    assert seen == [True, False, False]
+
+
+def test_mark_weak():
+    strong = jnp.asarray(1.0, jnp.float32)
+    weak = compat.mark_weak(strong)
+    assert weak.weak_type and not strong.weak_type
+    assert (weak + np.float16(1)).dtype == np.float16  # a weak float takes the other operand's width
+
+
+def test_mlir_context_and_hlo_text():
+    from hlo2onnx.loading import load
+
+    lowered = jax.jit(lambda x: jnp.tanh(x) + 1).lower(jnp.ones(3))
+    assert load(lowered.as_text(dialect="hlo")).format == "hlo-text"
+    with compat.make_ir_context():
+        from jax.extend.mlir import ir
+
+        module = ir.Module.parse(lowered.as_text())  # stablehlo and func ops need registered dialects
+    assert "stablehlo.tanh" in str(module)
+
+
+def test_ort_capi_iobinding():
+    import onnx
+    from onnx import helper
+
+    capi = compat.ort_capi()
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    binding = capi.SessionIOBinding(compat.c_session(session))
+    x = np.arange(3, dtype=np.float32)
+    binding.bind_ortvalue_input("x", capi.OrtValue.ortvalue_from_numpy(x, capi.OrtDevice(
+        capi.OrtDevice.cpu(), capi.OrtDevice.default_memory(), 0)))
+    binding.bind_output("y", capi.OrtDevice(capi.OrtDevice.cpu(), capi.OrtDevice.default_memory(), 0))
+    compat.c_session(session).run_with_iobinding(binding, capi.RunOptions())
+    (capsule,) = binding.get_outputs().to_dlpacks(None)
+    y = compat.dlpack_to_buffer(capsule, jax.devices("cpu")[0], None, None, compat.KDL_CPU)
+    np.testing.assert_array_equal(np.asarray(y), -x)
