@@ -27,6 +27,9 @@ class CudaOrtRunner:
     def __init__(self, model: ir.Model, in_avals: Sequence, out_avals: Sequence, providers: Sequence[str]):
         self._device = jax.devices("gpu")[0]
         device_id = self._device.local_hardware_id or 0
+        # onnxruntime-gpu finds the CUDA and cuDNN libraries of the nvidia-* wheels (which jax's CUDA plugin
+        # and onnxruntime-gpu[cuda,cudnn] install) only once they are loaded; a no-op in CPU builds.
+        ort.preload_dlls(msvc=False)
         options = [{"device_id": str(device_id)} if p != "CPUExecutionProvider" else {} for p in providers]
         self.session, self._weights = create_session(model, list(zip(providers, options)))
         self.input_names = [i.name for i in self.session.get_inputs()]

@@ -13,16 +13,6 @@ _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BF
 _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
 
-def empty_convolutions(proto: onnx.ModelProto) -> list[str]:
-    """Convolutions (main graph) whose kernel has a 0 dimension: OpenVINO leaves their output uninitialized
-    (garbage, measured) where XLA gives zeros, so the runner refuses them."""
-    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
-              for v in [*proto.graph.input, *proto.graph.value_info]}
-    shapes.update({t.name: list(t.dims) for t in proto.graph.initializer})
-    return [f"{node.op_type} kernel {node.input[1]}: {shapes[node.input[1]]}" for node in proto.graph.node
-            if node.op_type in ("Conv", "ConvTranspose") and 0 in shapes.get(node.input[1], ())]
-
-
 def for_openvino(proto: onnx.ModelProto) -> bool:
     """Rewrites `proto` in place (subgraphs included); True if anything changed."""
     types = _elem_types(proto.graph)

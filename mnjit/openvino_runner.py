@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import openvino as ov
 
-from mnjit.openvino_rewrite import empty_convolutions, for_openvino
+from mnjit.openvino_rewrite import for_openvino
 from hlo2onnx.compat import mark_weak
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
@@ -77,10 +77,6 @@ class OpenVinoRunner:
         if len(onnx_inputs) != len(in_avals) or len(onnx_outputs) != len(out_avals):
             raise ValueError(f"ONNX model has {len(onnx_inputs)} inputs and {len(onnx_outputs)} outputs, "
                              f"the signature {len(in_avals)} and {len(out_avals)}")
-        empty = empty_convolutions(proto)
-        if empty:
-            raise OpenVinoCompileError(f"OpenVINO leaves the output of a convolution with an empty kernel "
-                                       f"({empty[0]}) uninitialized")
         if for_openvino(proto):
             model_bytes = proto.SerializeToString()
         try:

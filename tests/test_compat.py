@@ -114,7 +114,7 @@ def test_ort_capi_iobinding():
     graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     binding = capi.SessionIOBinding(compat.c_session(session))
     x = np.arange(3, dtype=np.float32)

@@ -41,6 +41,11 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
     dtype = ctx.out_type.dtype
     if feature_group_count > 1 and batch_group_count > 1:
         raise NotImplementedError("feature_group_count and batch_group_count both above 1")
+    out_shape = ctx.out_type.shape
+    if 0 in ctx.in_types[1].shape and 0 not in out_shape and all(isinstance(d, int) for d in out_shape):
+        # An empty kernel (no input features, or an empty window) sums nothing: XLA gives zeros. ORT 1.31's
+        # Conv never returns on zero input channels, and OpenVINO leaves such outputs uninitialized (measured).
+        return b.splat(0, dtype, out_shape)
     in_sp, k_sp = list(dims.input_spatial_dimensions), list(dims.kernel_spatial_dimensions)
     out_sp = list(dims.output_spatial_dimensions)
     nsp = len(in_sp)

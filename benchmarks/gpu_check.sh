@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU check: ort-cuda's tests and benchmark on a lent GPU machine, in a few minutes.
+#
+# Such a machine has jax with its CUDA plugin but no package index and takes at most 64 MiB per command, so
+# onnxruntime-gpu (255 MB) arrives in chunks made here by benchmarks/gpu_wheels.sh, one chunk per command:
+#   benchmarks/gpu_check.sh stage    # carrying .gpu/SHA256SUMS and one chunk: keeps it under $STAGE
+#   benchmarks/gpu_check.sh          # carrying the last chunk: reassembles, installs, checks, benchmarks
+# The stage lives in /tmp, which outlasts a command while the machine is held (not once it is given back).
+# Without a GPU or without the chunks it says so and exits non-zero; `FULL=1` also runs the whole suite
+# there (informational: the machine lacks the samples' jax-md and jax-cfd). Output also goes to
+# $OUT/gpu_check.log when OUT is set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STAGE=${STAGE:-/tmp/mnjit-gpu-stage}
+SITE=${SITE:-/tmp/mnjit-site}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$STAGE"
+[ -d .gpu ] && cp -f .gpu/* "$STAGE"/ 2>/dev/null
+if [ "${1:-}" = stage ]; then
+  ls -l "$STAGE"
+  exit 0
+fi
+[ -n "${OUT:-}" ] && exec > >(tee "$OUT/gpu_check.log") 2>&1
+
+step() { echo; echo "== $* ($(date +%T))"; }
+
+step "assembling the wheels"
+if [ ! -f "$STAGE/SHA256SUMS" ]; then
+  echo "no .gpu/SHA256SUMS carried: run benchmarks/gpu_wheels.sh here first"
+  exit 2
+fi
+(
+  cd "$STAGE" || exit 1
+  while read -r _ wheel; do
+    wheel=${wheel#./}
+    [ -f "$wheel" ] || cat "$wheel".part-* > "$wheel" 2>/dev/null
+  done < SHA256SUMS
+  sha256sum -c SHA256SUMS
+) || { echo "a chunk is missing or damaged: carry each .gpu/*.part-NN once with 'stage', then run again"; exit 2; }
+"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+  "$STAGE"/*.whl || exit 2
+export PYTHONPATH="$SITE:$PWD" JAX_PLATFORMS=cuda,cpu PYTHONUNBUFFERED=1
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+"$PYTHON" -c 'import sys, jax, onnxruntime as ort, onnx
+print("Python", sys.version.split()[0], "| jax", jax.__version__, jax.devices(), "| onnx", onnx.__version__)
+print("onnxruntime", ort.__version__, ort.__file__, ort.get_available_providers())'
+
+status=0
+step "tests/test_cuda.py and tests/test_compat.py"
+timeout 300 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py tests/test_compat.py || status=1
+
+step "benchmarks/bench_device.py, ort-cuda against jax.jit on the GPU"
+timeout 240 "$PYTHON" benchmarks/bench_device.py --targets ort-cuda --models mlp,cnn,transformer --rounds 3 || status=1
+
+if [ "${FULL:-0}" = 1 ]; then
+  step "the whole suite on this machine's jax (CPU arrays; informational)"
+  JAX_PLATFORMS=cpu timeout 300 "$PYTHON" -m pytest -q -p no:cacheprovider -n 12 -x --maxfail=20 tests || status=1
+fi
+step "done: status $status"
+exit $status
