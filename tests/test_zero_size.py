@@ -12,6 +12,7 @@ import pytest
 from jax import lax
 
 from harness import Case, rand, run_case
+from mnjit import mnjit
 
 F32, I32 = np.float32, np.int32
 e0 = np.zeros((0,), F32)
@@ -122,3 +123,10 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=repr)
 def test_zero_size(case: Case) -> None:
     run_case(case)
+
+
+def test_empty_kernel_convolution_is_zeros() -> None:
+    """No Conv node for a kernel without input channels: ORT 1.31's Conv never returns on one."""
+    x, w = np.zeros((1, 0, 4, 4), F32), np.zeros((3, 0, 3, 3), F32)
+    model = mnjit(lambda x, w: lax.conv(x, w, (1, 1), "SAME")).lower(x, w).onnx_model
+    assert "Conv" not in {node.op_type for node in model.graph.node}
