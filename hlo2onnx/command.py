@@ -11,6 +11,7 @@ traceback only with --debug). Exit status: 0 done, 1 error, 2 bad usage,
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import time
@@ -100,9 +101,14 @@ def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None]
             raise
         if isinstance(e, Hlo2OnnxError):
             _fail(str(e))
+        elif isinstance(e, OSError) and e.errno in _WRITE_ERRORS:  # stdout on a full disk or /dev/full
+            _fail(f"cannot write the output: {e.strerror}")
         else:
             _fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")
         return EXIT_ERROR
+
+
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
 def _stdout_closed() -> int:

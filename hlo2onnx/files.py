@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 from typing import TYPE_CHECKING
@@ -27,8 +28,15 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
     so a failure never leaves a partial or changed file. Returns the weights file's name (None: no weights
     file). Raises ValueError for an external_data name that is not a plain file name.
     """
-    path = os.fspath(path)
-    if external_data is None and weight_bytes(model) >= PROTOBUF_LIMIT:
+    path = os.path.realpath(path)  # through a symbolic link: the link stays, its target is written
+    too_large = weight_bytes(model) >= PROTOBUF_LIMIT
+    if _special(path):
+        # A device or FIFO (/dev/stdout, a pipe) is written directly: a rename would replace the node itself.
+        if external_data is not None or too_large:
+            raise ValueError(f"{path} is not a regular file: the model cannot have an external data file there")
+        _write_through(model, path)
+        return None
+    if external_data is None and too_large:
         external_data = os.path.basename(path) + ".data"
     folder = os.path.dirname(os.path.abspath(path))
     temporaries: list[str] = []
@@ -53,6 +61,23 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
         for name in temporaries:
             if os.path.exists(name):
                 os.unlink(name)
+
+
+def _special(path: str) -> bool:
+    """Whether `path` exists and is neither a regular file nor a folder (character device, FIFO, socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_through(model: ir.Model, path: str) -> None:
+    import onnx_ir as ir
+
+    data = ir.to_proto(model).SerializeToString()
+    with open(path, "wb") as f:  # closing flushes: a full device (ENOSPC) raises there, not silently
+        f.write(data)
 
 
 def _temporary(folder: str, temporaries: list[str]) -> str:

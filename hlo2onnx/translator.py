@@ -31,6 +31,13 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]']*$")
 IR_VERSION = 10
 
 
+# Ops left without a rule on purpose, and why.
+_NO_RULE = {
+    "stablehlo.rng": "XLA's stateful generator (lax.rng_uniform) draws values no other runtime can reproduce; "
+                     "use jax.random, which translates bit for bit",
+}
+
+
 @dataclass
 class RuleContext:
     """What a rule sees besides its inputs: types, the builder, and the op itself."""
@@ -127,7 +134,7 @@ class Translator:
     def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
         checkpoint()  # a Ctrl-C taken by the guard (hlo2onnx.interrupts) is raised between ops
         if name not in RULES and name not in COMPLEX_RULES:
-            raise UnsupportedOpError(name, self.where(op), "no translation rule")
+            raise UnsupportedOpError(name, self.where(op), _NO_RULE.get(name, "no translation rule"))
         ctx = RuleContext(b, op.operation, [self._type_of(v, name, op) for v in op.operands],
                           [self._type_of(r, name, op) for r in op.results], self)
         # The one dispatch point for complex values: their rules see complex types and float-pair inputs.

@@ -23,7 +23,7 @@ from jax import export
 from hlo2onnx.files import TEMP_PREFIX
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = "/work/main/.venv/bin/python" if os.path.exists("/work/main/.venv/bin/python") else sys.executable
+PYTHON = sys.executable  # the leg's own interpreter: each CI leg has its own jax
 OLD = b"the user's previous model"
 
 

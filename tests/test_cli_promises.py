@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -22,7 +25,7 @@ from hlo2onnx import files
 from hlo2onnx.command import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = "/work/main/.venv/bin/python" if os.path.exists("/work/main/.venv/bin/python") else sys.executable
+PYTHON = sys.executable  # the leg's own interpreter: each CI leg has its own jax
 OLD = b"the user's previous model"
 
 
@@ -265,3 +268,54 @@ def test_the_entry_point_imports_nothing_heavy():
     done = subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def _full_device(tmp_path):
+    """A character device like /dev/full (writes fail with ENOSPC), made in tmp_path so a regression that
+    renamed over it could not replace the machine's own."""
+    path = tmp_path / "full"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    return path
+
+
+def test_a_full_device_is_an_error_and_stays_a_device(tmp_path):
+    source, device = tmp_path / "m.mlir", _full_device(tmp_path)
+    source.write_text(lowered().as_text())
+    result = command(source, "-o", device)
+    assert_one_error_line(result.returncode, result.stderr, f"cannot write {device}: No space left on device")
+    assert stat.S_ISCHR(os.stat(device).st_mode)  # written through, never renamed over
+    assert leftovers(tmp_path) == []
+    with open(device, "wb") as full:  # the model on stdout, or a report, to a full device
+        for args in (["-o", "-"], ["--report"]):
+            result = command(source, *args, stdout=full)
+            assert_one_error_line(result.returncode, result.stderr, "cannot write the output: No space left")
+
+
+def test_a_fifo_receives_the_model(tmp_path):
+    source, fifo = tmp_path / "m.mlir", tmp_path / "model.fifo"
+    source.write_text(lowered().as_text())
+    os.mkfifo(fifo)
+    received = []
+    # A daemon: if the FIFO were renamed over, nothing would ever write to the one it waits on.
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = command(source, "-o", fifo)
+    reader.join(timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and received
+    session = ort.InferenceSession(received[0], providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, dict(zip([i.name for i in session.get_inputs()], (X, W))))[0],
+                               np.asarray(jax.jit(model)(X, W)), rtol=2e-6, atol=2e-6)
+
+
+def test_a_symbolic_link_keeps_pointing_at_the_written_model(tmp_path, capsys):
+    source, target, link = tmp_path / "m.mlir", tmp_path / "v3.onnx", tmp_path / "current.onnx"
+    source.write_text(lowered().as_text())
+    target.write_bytes(OLD)
+    link.symlink_to(target.name)
+    code, _, err = run_in_process([source, "-o", link], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and onnx.load(str(target)).graph.node

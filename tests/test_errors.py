@@ -34,3 +34,19 @@ def test_unsupported_op_in_library_code_names_the_library_line(tmp_path, monkeyp
         mnjit(lambda x: somelib.helper(x) * 2)(jnp.eye(3))
     assert f"{tmp_path / 'somelib.py'}:5" in str(info.value)
     assert "mnjit" not in str(info.value).split("(at ")[-1]
+
+
+def test_deprecated_rng_is_refused_by_name_and_line():
+    """lax.rng_uniform lowers to stablehlo.rng, which the legalization pass must not turn into a module error."""
+    import inspect
+
+    import numpy as np
+    from jax import lax
+
+    def draw():
+        return lax.rng_uniform(np.float32(0), np.float32(1), (3,))
+
+    with pytest.raises(hlo2onnx.UnsupportedOpError, match="unsupported op stablehlo.rng: .*use jax.random") as info:
+        mnjit(draw)()
+    assert info.value.op_name == "stablehlo.rng"
+    assert f"{__file__}:{inspect.getsourcelines(draw)[1] + 1}" in str(info.value)

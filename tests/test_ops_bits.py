@@ -49,6 +49,15 @@ def counts(a):
     return lax.population_count(a), lax.clz(a)
 
 
+def bit_reductions(a):
+    """xor/and/or reductions (no ONNX Reduce op does them), from their identity and from another init."""
+    m = a.reshape(5, 6)
+    zero, five = np.zeros((), m.dtype), np.asarray(5, m.dtype)
+    return (lax.reduce(m, zero, lax.bitwise_xor, (0,)), lax.reduce(m, ~zero, lax.bitwise_and, (1,)),
+            lax.reduce(m, zero, lax.bitwise_or, (0, 1)), lax.reduce(m, five, lax.bitwise_xor, (1,)),
+            lax.reduce(m, five, lax.bitwise_and, (0,)), lax.reduce(m, five, lax.bitwise_or, (1,)))
+
+
 def float_specials(dtype) -> np.ndarray:
     info = np.finfo(dtype)
     values = [0.0, -0.0, 1.0, -1.0, 1.5, -2.75, float(info.max), -float(info.max), float(info.tiny),
@@ -67,6 +76,7 @@ def _int_cases(dtypes, x64=False):
             Case(f"bitwise_{name}", bitwise, (a, c), x64=x64),
             Case(f"wrap_arith_{name}", wraparound, (a, c), x64=x64),
             Case(f"popcnt_clz_{name}", counts, (a,), x64=x64),
+            Case(f"bit_reductions_{name}", bit_reductions, (a,), x64=x64),
         ]
     return cases
 
@@ -104,6 +114,8 @@ CASES = [
            (full_range(d, 24), np.where(full_range(d, 24, 1) == 0, 3, full_range(d, 24, 1) >> 20).astype(d)), x64=True)
       for d in WIDE_INTS],
     Case("bitwise_bool", bitwise, (rand((3, 4), bool), rand((3, 4), bool, 1))),
+    Case("reduce_xor_bool", lambda a: (lax.reduce(a, False, lax.bitwise_xor, (0,)),
+                                       lax.reduce(a, True, lax.bitwise_xor, (0, 1))), (rand((5, 7), bool),)),
     # bitcast_convert, equal widths
     Case("bitcast_bool_bool", bitcast(np.bool_), (rand((2, 3), np.bool_),)),
     Case("bitcast_c64_c64", bitcast(np.complex64), (rand((2, 3), np.complex64),)),

@@ -17,14 +17,18 @@ _REDUCERS = {
     "stablehlo.multiply": ("ReduceProd", "Mul"),
     "stablehlo.maximum": ("ReduceMax", "Max"),
     "stablehlo.minimum": ("ReduceMin", "Min"),
-    "stablehlo.and": ("ReduceMin", "And"),  # on bool; integer `and` is rejected below
+    "stablehlo.and": ("ReduceMin", "And"),  # on bool; integer and/or go through _BITWISE
     "stablehlo.or": ("ReduceMax", "Or"),
 }
+# ONNX has no bitwise reductions: integer and/or/xor and bool xor combine pairwise (exact_reduce).
+_BITWISE = {"stablehlo.and": "BitwiseAnd", "stablehlo.or": "BitwiseOr", "stablehlo.xor": "BitwiseXor"}
 
 
 def _identity(reducer: str, dtype: np.dtype):
-    if reducer in ("stablehlo.add", "stablehlo.or"):
+    if reducer in ("stablehlo.add", "stablehlo.or", "stablehlo.xor"):
         return 0
+    if reducer == "stablehlo.and" and not is_bool(dtype):
+        return np.invert(np.zeros((), dtype))  # every bit set
     if reducer in ("stablehlo.multiply", "stablehlo.and"):
         return 1
     high = np.inf if is_float(dtype) else (True if is_bool(dtype) else np.iinfo(dtype).max)
@@ -84,7 +88,7 @@ def separable_reducers(body, count: int) -> list[str] | None:
     reducers = []
     for i, value in enumerate(ret.operands):
         op = value.owner
-        if isinstance(op, mlir.Block) or op.operation.name not in _REDUCERS or len(op.operands) != 2:
+        if isinstance(op, mlir.Block) or op.operation.name not in _COMMUTATIVE or len(op.operands) != 2:
             return None
         operands = list(op.operands)
         if operands != [args[i], args[count + i]] and (
@@ -94,14 +98,16 @@ def separable_reducers(body, count: int) -> list[str] | None:
     return reducers
 
 
-_COMMUTATIVE = set(_REDUCERS)  # add, multiply, maximum, minimum, and, or
+_COMMUTATIVE = set(_REDUCERS) | set(_BITWISE)  # add, multiply, maximum, minimum, and, or, xor
 
 
 def _reduce_one(ctx: RuleContext, x, init, reducer, in_shape, out_shape, dtype, dimensions):
     """One reduction of `x` over `dimensions` by `reducer` (a stablehlo op name), starting from `init`."""
     if is_bool(dtype):  # on pred, max is or and min is and
         reducer = {"stablehlo.maximum": "stablehlo.or", "stablehlo.minimum": "stablehlo.and"}.get(reducer, reducer)
-    if reducer not in _REDUCERS or (reducer in ("stablehlo.and", "stablehlo.or") and not is_bool(dtype)):
+    if reducer in _BITWISE and (reducer == "stablehlo.xor" or not is_bool(dtype)):
+        return _reduce_bitwise(ctx.b, x, init, reducer, in_shape, dimensions, dtype)
+    if reducer not in _REDUCERS:
         raise NotImplementedError(f"reduce with body {reducer}")
     reduce_op, combine_op = _REDUCERS[reducer]
     if is_bool(dtype) and reduce_op in ("ReduceSum", "ReduceProd"):  # XLA's add/mul on pred are or/and
@@ -129,8 +135,17 @@ def _reduce_one(ctx: RuleContext, x, init, reducer, in_shape, out_shape, dtype, 
     return b.typed(combine_op, result, init, dtype=dtype)
 
 
+def _reduce_bitwise(b, x, init, reducer: str, in_shape, dimensions, dtype: np.dtype) -> ir.Value:
+    combine_op = "Xor" if is_bool(dtype) else _BITWISE[reducer]
+    result = exact_reduce(b, x, combine_op, in_shape, dimensions, dtype) if dimensions else b.op("Identity", x)
+    if is_constant(init, _identity(reducer, dtype)):
+        return result
+    return b.op(combine_op, result, init)
+
+
 def exact_reduce(b, x: ir.Value, combine_op: str, shape: list[int], axes, dtype: np.dtype) -> ir.Value:
-    """Integer sum or product over `axes` (none of size 0) with ops that wrap like XLA, in any order.
+    """Integer sum or product (or bitwise reduction) over `axes` (none of size 0) with ops that wrap like
+    XLA, in any order.
 
     ORT's integer ReduceSum/ReduceProd go through float64 and saturate (hlo2onnx/targets.py). A static
     axis halves in place, Add/Mul of its two halves, log2(n) times; a dynamic one sums by a MatMul with ones.
@@ -139,7 +154,8 @@ def exact_reduce(b, x: ir.Value, combine_op: str, shape: list[int], axes, dtype:
         n = shape[axis]
         if n < 0:
             if combine_op != "Add":
-                raise NotImplementedError("integer product over a dynamic axis (ORT's ReduceProd saturates)")
+                raise NotImplementedError(f"reduce by {combine_op} over a dynamic axis (no ONNX Reduce op "
+                                          "computes it exactly)")
             x = _sum_by_matmul(b, x, len(shape), axis, dtype)
             continue
         while n > 1:
