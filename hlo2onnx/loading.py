@@ -92,13 +92,27 @@ def _read_bytecode(data: bytes, context: mlir.Context) -> mlir.Module:
     # MLIR's own bytecode reader validates the bytes first: jaxlib 0.11 and 0.12 segfault in
     # deserialize_portable_artifact on truncated bytecode (0.10 raised), and the reader says why it fails.
     module = parse_module(data, context)
-    if not _first_op(module).startswith("vhlo."):
-        return module  # plain StableHLO bytecode
-    try:  # a portable artifact (VHLO) is upgraded to this jaxlib's StableHLO
-        with context:
-            return jax_mlir.deserialize_portable_artifact(data)
-    except Exception:  # jaxlib's runtime error says only "failed"
-        raise InvalidInputError("cannot upgrade the portable artifact to this jaxlib's StableHLO") from None
+    if _first_op(module).startswith("vhlo."):
+        try:  # a portable artifact (VHLO) is upgraded to this jaxlib's StableHLO
+            with context:
+                module = jax_mlir.deserialize_portable_artifact(data)
+        except Exception:  # jaxlib's runtime error says only "failed"
+            raise InvalidInputError("cannot upgrade the portable artifact to this jaxlib's StableHLO") from None
+    _check_symbol_names(module)
+    return module
+
+
+def _check_symbol_names(module: mlir.Module) -> None:
+    """Text is UTF-8 by construction; bytecode can name a function with any bytes, which MLIR's Python
+    bindings cannot turn into a str (a RuntimeError from nanobind wherever the name is read)."""
+    named = [module.operation, *module.body.operations]
+    for op in named:
+        if "sym_name" in op.attributes:
+            raw = mlir.StringAttr(op.attributes["sym_name"]).value_bytes
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidInputError(f"the symbol name {raw!r} is not valid UTF-8") from None
 
 
 def _first_op(module: mlir.Module) -> str:

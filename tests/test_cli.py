@@ -257,12 +257,22 @@ def _half(fmt):
     return data[:len(data) // 2]
 
 
+def _non_utf8_main(fmt):
+    data = FORMATS[fmt]()
+    name = b"\x00main\x00"  # the function's name in the bytecode's string table (paths hold "main" too)
+    assert data.count(name) == 1
+    return data.replace(name, b"\x00m\xffin\x00")
+
+
 BAD_INPUTS = {
     "truncated-text": (lambda: _half("stablehlo-text"), "cannot parse MLIR"),
     "truncated-bytecode": (lambda: _half("mlir-bytecode"), "cannot parse MLIR"),
     "truncated-portable": (lambda: _half("portable-artifact"), "cannot parse MLIR"),
     "truncated-export": (lambda: _half("jax-export"), "unrecognized input"),
     "truncated-hlo": (lambda: _half("hlo-text"), "cannot parse HLO text"),
+    # Bytecode may name a function with any bytes; MLIR's Python bindings cannot read such a name as a str.
+    **{f"non-utf8-name-{fmt}": (lambda fmt=fmt: _non_utf8_main(fmt), "symbol name b'm\\xffin' is not valid UTF-8")
+       for fmt in ("mlir-bytecode", "portable-artifact", "jax-export")},
     "garbage": (lambda: np.random.default_rng(0).bytes(700), "unrecognized input"),
     "text-garbage": (lambda: b"hello world\n", "cannot parse MLIR"),
     "tosa-dialect": (lambda: TOSA.encode(), "Dialect `tosa' not found"),
