@@ -12,8 +12,10 @@ import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 
+from hlo2onnx import compat
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.loading import Loaded, function
+from hlo2onnx.types import element_dtype
 
 if TYPE_CHECKING:
     from hlo2onnx.conversion import Conversion
@@ -72,11 +74,15 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
     except Exception as e:  # ORT's errors are one long line with a code prefix
         raise CheckError(f"ONNX Runtime rejected the model: {' '.join(str(e).split())}") from None
     reference = reference_runner(conversion.loaded)
+    complex_inputs = _complex_inputs(conversion.loaded)
     max_error, problems, outputs = 0.0, [], 0
     for arrays in feeds:
         results = session.run_with_ort_values(None, {name: _ort_value(a, ort) for (name, _, _), a in zip(specs, arrays)})
         actual = [_from_ort_value(value) for value in results]
-        expected = reference(arrays)
+        # The model holds complex values as (real, imag) pairs on a trailing axis; JAX as complex.
+        expected = [_as_pairs(e) for e in reference([
+            np.ascontiguousarray(a).view(np.result_type(a.dtype, np.complex64))[..., 0] if i in complex_inputs
+            else a for i, a in enumerate(arrays)])]
         outputs = len(expected)
         if len(actual) != len(expected):
             problems.append(f"{len(actual)} outputs, JAX gives {len(expected)}")
@@ -87,6 +93,22 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
             if problem:
                 problems.append(f"output {i}: {problem}")
     return CheckResult(max_error, len(feeds), outputs, problems)
+
+
+def _complex_inputs(loaded: Loaded) -> set[int]:
+    """Positions of the source's complex inputs (the ONNX model takes them as float pairs)."""
+    if loaded.exported is not None:
+        dtypes = [np.dtype(a.dtype) for a in loaded.exported.in_avals]
+    else:
+        with loaded.module.context:
+            arguments = function(loaded.module, "main").regions[0].blocks[0].arguments
+            dtypes = [element_dtype(mlir.RankedTensorType(a.type).element_type) for a in arguments]
+    return {i for i, dtype in enumerate(dtypes) if dtype.kind == "c"}
+
+
+def _as_pairs(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array)
+    return np.stack([array.real, array.imag], axis=-1) if array.dtype.kind == "c" else array
 
 
 def _ort_value(array: np.ndarray, ort):
@@ -160,6 +182,7 @@ def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.nda
                    for a in function(loaded.module, "main").regions[0].blocks[0].arguments):
             raise CheckError("--check on dynamic shapes needs a jax.export artifact (or give static inputs)")
         text = str(loaded.module)
+    compat.initialize_lapack()  # the module may call LAPACK (jnp.linalg), which jax initializes lazily
     with jax.enable_x64(True):
         backend = jax_backend.get_backend("cpu")
         try:

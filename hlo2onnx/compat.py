@@ -65,6 +65,15 @@ def make_ir_context():
     return jax_mlir.make_ir_context()
 
 
+def initialize_lapack() -> None:
+    """Points jaxlib's LAPACK kernels at scipy's LAPACK. jax does this while lowering a linalg op; a module
+    compiled from saved text skips that, and its LAPACK custom calls then segfault
+    (jaxlib.lapack._lapack.initialize, idempotent: 0.10.2, 0.11.2, 0.12.0.1)."""
+    from jaxlib import lapack
+
+    lapack._lapack.initialize()
+
+
 def register_stablehlo_passes() -> None:
     """Registers the StableHLO passes (chlo legalization among them): importing jax does not.
 

@@ -347,3 +347,32 @@ def test_opset_23_fuses_attention(tmp_path):
     qkv = [np.random.default_rng(i).standard_normal((2, 4, 8, 16), np.float32) for i in range(3)]
     conversion = hlo2onnx.convert(export.export(jax.jit(attend))(*qkv), tmp_path / "a.onnx", opset=23)
     assert [n.op_type for n in conversion.to_proto().graph.node].count("Attention") == 1
+
+
+# -- --check on modules that call LAPACK or hold complex values -------------------------------------------
+A3 = (rand((3, 3), seed=7) + 3 * np.eye(3)).astype(np.float32)
+Z4 = (rand((4,), seed=8) + 1j * rand((4,), seed=9)).astype(np.complex64)
+CHECKED = {
+    # jax initializes its LAPACK kernels while lowering: a module compiled from saved text must do it itself.
+    "eigvals": (jnp.linalg.eigvals, (A3,)),
+    "cholesky": (lambda a: jnp.linalg.cholesky(a @ a.T), (A3,)),
+    "qr": (lambda a: tuple(jnp.linalg.qr(a)), (A3,)),  # jax.export cannot serialize the namedtuple
+    "svd": (lambda a: tuple(jnp.linalg.svd(a)), (A3,)),
+    # complex inputs and outputs are (real, imag) pairs in the model, complex in JAX
+    "complex-in-out": (lambda z, x: (z * x, jnp.abs(z)), (Z4, rand((4,), seed=1))),
+    "fft": (jnp.fft.fft, (rand((8,), seed=2),)),
+}
+
+
+@pytest.mark.parametrize("fmt", ["stablehlo-text", "jax-export"])
+@pytest.mark.parametrize("case", list(CHECKED))
+def test_check_agrees_on_lapack_and_complex_modules(case, fmt, tmp_path, capsys):
+    fun, args = CHECKED[case]
+    source = tmp_path / "model.bin"
+    if fmt == "stablehlo-text":
+        source.write_text(jax.jit(fun).lower(*args).as_text())
+    else:
+        source.write_bytes(bytes(export.export(jax.jit(fun))(*args).serialize()))
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
+    assert status == 0, out + err
+    assert ": ok" in out
