@@ -154,8 +154,9 @@ def exact_reduce(b, x: ir.Value, combine_op: str, shape: list[int], axes, dtype:
         n = shape[axis]
         if n < 0:
             if combine_op != "Add":
-                raise NotImplementedError(f"reduce by {combine_op} over a dynamic axis (no ONNX Reduce op "
-                                          "computes it exactly)")
+                what = "product" if combine_op == "Mul" else f"reduction by {combine_op}"
+                raise NotImplementedError(f"integer {what} over a dynamic axis (no ONNX Reduce op computes it "
+                                          "exactly: ORT's ReduceProd saturates)")
             x = _sum_by_matmul(b, x, len(shape), axis, dtype)
             continue
         while n > 1:
