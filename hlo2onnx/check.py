@@ -80,9 +80,8 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
         results = session.run_with_ort_values(None, {name: _ort_value(a, ort) for (name, _, _), a in zip(specs, arrays)})
         actual = [_from_ort_value(value) for value in results]
         # The model holds complex values as (real, imag) pairs on a trailing axis; JAX as complex.
-        expected = [_as_pairs(e) for e in reference([
-            np.ascontiguousarray(a).view(np.result_type(a.dtype, np.complex64))[..., 0] if i in complex_inputs
-            else a for i, a in enumerate(arrays)])]
+        expected = [_as_pairs(e) for e in reference([_as_complex(a) if i in complex_inputs else a
+                                                     for i, a in enumerate(arrays)])]
         outputs = len(expected)
         if len(actual) != len(expected):
             problems.append(f"{len(actual)} outputs, JAX gives {len(expected)}")
@@ -104,6 +103,10 @@ def _complex_inputs(loaded: Loaded) -> set[int]:
             arguments = function(loaded.module, "main").regions[0].blocks[0].arguments
             dtypes = [element_dtype(mlir.RankedTensorType(a.type).element_type) for a in arguments]
     return {i for i, dtype in enumerate(dtypes) if dtype.kind == "c"}
+
+
+def _as_complex(pairs: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(pairs).view(np.result_type(pairs.dtype, np.complex64))[..., 0]
 
 
 def _as_pairs(array: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from hlo2onnx import compat
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.mlir_io import make_context, parse_module
 from hlo2onnx.translator import arg_name, unique_name
-from hlo2onnx.types import real_dtype
+from hlo2onnx.types import TensorType
 
 FORMATS = {
     "stablehlo-text": "StableHLO text",
@@ -217,15 +217,16 @@ def match_exported_signature(model: ir.Model, exported: export.Exported, wrapped
     names = _leaf_names(exported.in_tree, len(exported.in_avals))
     new_inputs = []
     for i, aval in enumerate(exported.in_avals):
-        value = kept.get(i) or ir.Value(type=ir.TensorType(ir.DataType.from_numpy(_stored_dtype(aval.dtype))))
+        stored = _stored(aval)
+        value = kept.get(i) or ir.Value(type=ir.TensorType(ir.DataType.from_numpy(stored.dtype)))
         if value.name is None or (value.name.startswith("in") and value.name[2:].isdigit()):
             value.name = unique_name(source_names.get(i) or names[i], used)
-        value.shape = _onnx_shape(aval)
+        value.shape = _onnx_shape(stored.shape)
         new_inputs.append(value)
     graph.inputs.clear()
     graph.inputs.extend(new_inputs)
     for value, aval in zip(graph.outputs, exported.out_avals):
-        value.shape = _onnx_shape(aval)
+        value.shape = _onnx_shape(_stored(aval).shape)
 
 
 def exported_adjuster(loaded: Loaded) -> Callable[[ir.Model], None] | None:
@@ -268,13 +269,10 @@ def _leaf_names(in_tree, count: int) -> list[str]:
     return names
 
 
-def _onnx_shape(aval) -> ir.Shape:
-    """The ONNX shape of an argument or result: complex ones carry a trailing (real, imag) axis
-    (TensorType.storage)."""
-    pairs = (2,) if np.dtype(aval.dtype).kind == "c" else ()
-    return ir.Shape([d if isinstance(d, int) else str(d) for d in aval.shape] + list(pairs))
+def _stored(aval) -> TensorType:
+    """How the graph holds an argument or result: complex as (real, imag) pairs (TensorType.storage)."""
+    return TensorType(tuple(aval.shape), np.dtype(aval.dtype)).storage
 
 
-def _stored_dtype(dtype) -> np.dtype:
-    dtype = np.dtype(dtype)
-    return real_dtype(dtype) if dtype.kind == "c" else dtype
+def _onnx_shape(shape) -> ir.Shape:
+    return ir.Shape([d if isinstance(d, int) else str(d) for d in shape])
