@@ -12,8 +12,10 @@ from math import prod
 
 import numpy as np
 import onnx_ir as ir
+from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.builder import Builder
+from hlo2onnx.ops.constant import splat_scalar
 from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, flat, iota, larfg, loop, loop_step, reversed_axes,
                                       set_column, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
@@ -157,3 +159,85 @@ def ormqr(ctx: RuleContext, a, taus, c, *, left: bool, transpose: bool):
 
     x, = loop(b, "ormqr", k, [x], [TensorType((batch, m, cols), dtype)], body)
     return unflat(b, transposed(b, x) if not left else x, out)
+
+
+# -- geqp3: QR with column pivoting ----------------------------------------------------------------------------
+@_real("geqp3")
+def geqp3(ctx: RuleContext, a, jpvt):
+    """LAPACK's laqp2: step k swaps in the first column of largest remaining norm, then runs geqr2's step. The
+    norms are downdated as laqp2 does (and recomputed where cancellation took more than half the digits), so ties
+    and near-ties go the way LAPACK's go. jpvt comes back 1-based."""
+    b, (t_a, t_jpvt, t_taus) = ctx.b, ctx.out_types
+    if not _zero_constant(ctx.hlo_op.operands[1]):
+        raise NotImplementedError("geqp3 with columns fixed in front (jpvt not all zeros; jax.scipy.linalg.qr "
+                                  "passes zeros) is not translated")
+    *_, m, n = t_a.shape
+    dtype = compute_dtype(t_a.dtype)
+    batch, steps = prod(t_a.shape[:-2]), min(m, n)
+    order = b.op("Expand", iota(b, n, (1, n)), b.shape_const([batch, n]))
+    if batch * steps == 0:
+        return a, unflat_index(b, order, t_jpvt), _zeros(b, t_taus)
+    x = flat(b, a, ctx.in_types[0], 2, dtype)
+    row, col = iota(b, m, (m, 1)), iota(b, n, (1, n))
+    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    tol3z = b.const(np.sqrt(np.asarray(np.finfo(dtype).eps / 2, dtype)))  # sqrt(dlamch('E'))
+    norms = b.op("Sqrt", b.op("ReduceSumSquare", x, b.shape_const([1]), keepdims=0))  # (B, n)
+
+    def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
+        x, vn1, vn2, perm = carried
+        k1 = loop_step(sb, k)
+        p = sb.op("ArgMax", sb.op("Where", sb.op("Less", col, k), sb.const(np.asarray(-1, dtype)), vn1), axis=1,
+                  keepdims=1)  # (B, 1): the first largest
+        x = _swap(sb, x, k1, p, [batch, m, 1], 2)
+        vn1, vn2, perm = (_swap(sb, v, k1, p, [batch, 1], 1) for v in (vn1, vn2, perm))
+        column = sb.op("Gather", x, k1, axis=2)
+        (v,), (tau,), (head,) = larfg(sb, [column], row, k, dtype)
+        w = sb.op("Where", sb.op("Greater", col, k), sb.op("MatMul", transposed(sb, v), x), zero)
+        x = sb.op("Sub", x, sb.op("MatMul", v, sb.op("Mul", tau, w)))
+        x = set_column(sb, x, k1, sb.op("Where", sb.op("Equal", row, k), head,
+                                        sb.op("Where", sb.op("Greater", row, k), v, column)), batch, m)
+        # laqp2's downdate of the norms of columns right of k, from their new entry in row k.
+        live = sb.op("And", sb.op("Greater", col, k), sb.op("Not", sb.op("Equal", vn1, zero)))
+        safe1, safe2 = (sb.op("Where", live, v, one) for v in (vn1, vn2))
+        ratio = sb.op("Div", sb.op("Abs", reshape_to(sb, sb.op("Gather", x, k1, axis=1), [batch, n])), safe1)
+        temp = sb.op("Max", sb.op("Sub", one, sb.op("Mul", ratio, ratio)), zero)
+        quotient = sb.op("Div", safe1, safe2)
+        recompute = sb.op("LessOrEqual", sb.op("Mul", temp, sb.op("Mul", quotient, quotient)), tol3z)
+        below = sb.op("Where", sb.op("Greater", row, k), x, zero)
+        tail = sb.op("Sqrt", sb.op("ReduceSumSquare", below, sb.shape_const([1]), keepdims=0))
+        vn1 = sb.op("Where", live, sb.op("Where", recompute, tail, sb.op("Mul", vn1, sb.op("Sqrt", temp))), vn1)
+        vn2 = sb.op("Where", live, sb.op("Where", recompute, tail, vn2), vn2)
+        return [x, vn1, vn2, perm], [reshape_to(sb, tau, [batch])]
+
+    vec = TensorType((batch, n), dtype)
+    x, _, _, perm, taus = loop(b, "geqp3", steps, [x, norms, norms, order],
+                               [TensorType((batch, m, n), dtype), vec, vec, TensorType((batch, n), np.dtype(np.int64))],
+                               body, [TensorType((batch,), dtype)])
+    return unflat(b, x, t_a), unflat_index(b, perm, t_jpvt), unflat(b, _rows(b, taus), t_taus)
+
+
+def _zero_constant(value: mlir.Value) -> bool:
+    """Whether a StableHLO operand is a splat constant of zeros, maybe broadcast, reshaped or converted."""
+    op = value.owner
+    name = op.operation.name if isinstance(op, (mlir.Operation, mlir.OpView)) else None
+    if name == "stablehlo.constant":
+        attr = op.attributes["value"]
+        return attr.is_splat and splat_scalar(attr, np.dtype(np.int64)) == 0
+    if name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert"):
+        return _zero_constant(op.operands[0])
+    return False
+
+
+def _swap(b: Builder, x: ir.Value, k1: ir.Value, p: ir.Value, index_shape: list[int], axis: int) -> ir.Value:
+    """Swaps entries k and p (B, 1) of x along `axis`: two gathers and one scatter (p = k writes equal values)."""
+    p = reshape_to(b, p, [index_shape[0]] + [1] * (len(index_shape) - 1))
+    at_k = b.op("Expand", k1, b.shape_const(index_shape))
+    at_p = b.op("Expand", p, b.shape_const(index_shape))
+    entry_k, entry_p = b.op("Gather", x, k1, axis=axis), b.op("GatherElements", x, at_p, axis=axis)
+    return b.op("ScatterElements", x, b.op("Concat", at_k, at_p, axis=axis),
+                b.op("Concat", entry_p, entry_k, axis=axis), axis=axis)
+
+
+def unflat_index(b: Builder, order: ir.Value, ttype: TensorType) -> ir.Value:
+    """(B, n) 0-based column indices -> LAPACK's 1-based ones, of type `ttype`."""
+    return reshape_to(b, b.cast(b.op("Add", order, b.const(np.int64(1))), ttype.dtype), list(ttype.shape))
