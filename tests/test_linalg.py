@@ -240,11 +240,11 @@ def test_stablehlo_linalg_ops(name):
 
 
 # -- what is refused, and how --------------------------------------------------------------------------------
-# eigh and svd, real and complex, are translated (test_linalg_eig.py), and so is eig (test_linalg_geev.py).
+# eigh and svd, real and complex, are translated (test_linalg_eig.py), and so are eig (test_linalg_geev.py) and
+# real hessenberg, tridiagonal, ormqr and pivoted QR (test_linalg_reductions.py).
 @pytest.mark.parametrize("fun, target, users", [
-    (lambda a: jsl.hessenberg(a), "lapack_sgehrd_ffi", "jax.scipy.linalg.hessenberg"),
     (lambda a: jsl.schur(a), "lapack_sgees_ffi", "jax.scipy.linalg.schur"),
-], ids=["hessenberg", "schur"])
+], ids=["schur"])
 def test_unsupported_decomposition_names_the_call(fun, target, users):
     with pytest.raises(UnsupportedOpError, match=f"custom call @{target} has no ONNX translation") as info:
         mnjit(fun)(S5)

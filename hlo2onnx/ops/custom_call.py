@@ -1,7 +1,7 @@
 """stablehlo.custom_call: one rule that dispatches on the call target's name.
 
 The targets' rules live with their families (`register_custom_call`): LAPACK
-in linalg.py, linalg_complex.py, linalg_eig.py and linalg_geev.py, jax.export's
+in linalg.py, linalg_complex.py, linalg_eig.py, linalg_geev.py and linalg_reduce.py, jax.export's
 shape assertions in dynamic.py.
 A target without a rule is refused with a hint at what emitted it and how to
 work around it.
@@ -18,11 +18,10 @@ from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
 _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
 from hlo2onnx.translator import RuleContext
 # LAPACK routines without a translation -> the JAX functions that emit them on CPU.
-# syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py, geev in linalg_geev.py.
+# syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py, geev in linalg_geev.py,
+# real gehrd, sytrd, ormqr and geqp3 in linalg_reduce.py.
 _LAPACK_USERS = {
-    "gees": "jax.scipy.linalg.schur",
-    "gehrd": "jax.scipy.linalg.hessenberg", "sytrd": "jax.lax.linalg.tridiagonal",
-    "hetrd": "jax.lax.linalg.tridiagonal", "geqp3": "jax.scipy.linalg.qr(pivoting=True)",
+    "gees": "jax.scipy.linalg.schur", "hetrd": "jax.lax.linalg.tridiagonal",
 }
 _OUTSIDE = "run that part with jax.jit outside the converted function and pass its result in"
 

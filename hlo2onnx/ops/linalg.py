@@ -28,8 +28,8 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops import complex as complex_ops
 from hlo2onnx.ops.complex import Z
-from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, eye, first_failure, flat, iota, loop,
-                                      loop_step, matmul, reversed_axes, set_column, sum_squares, transposed, unflat)
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, eye, first_failure, flat, iota, larfg,
+                                      loop, loop_step, matmul, reversed_axes, set_column, times, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.translator import RuleContext
@@ -99,10 +99,6 @@ def triangular_solve(ctx: RuleContext, a, rhs, *, left_side: bool, lower: bool, 
 
 
 # -- LU --------------------------------------------------------------------------------------------------
-def _times(b: Builder, x: Planes, y: Planes, dtype: np.dtype) -> Planes:
-    return [b.op("Mul", x[0], y[0])] if len(x) == 1 else list(complex_ops.multiply(b, dtype, Z(*x), Z(*y)))
-
-
 @_lapack("getrf")
 def getrf(ctx: RuleContext, a):
     b, (t_lu, t_pivots, t_info) = ctx.b, ctx.out_types
@@ -146,10 +142,10 @@ def lu_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
             scale = list(complex_ops.divide(sb, dtype, Z(one, zero), safe))
         below = sb.op("Greater", row, k)
         columns = [sb.op("Gather", x, k1, axis=2) for x in lu]
-        multipliers = [sb.op("Where", below, v, zero) for v in _times(sb, columns, scale, dtype)]
+        multipliers = [sb.op("Where", below, v, zero) for v in times(sb, columns, scale, dtype)]
         # The rank-1 update, with zeros outside rows > k and columns > k: subtracting 0 leaves entries as they are.
         u = [sb.op("Where", sb.op("Greater", col, k), row_p, zero) for row_p in rows_p]
-        lu = [sb.op("Sub", x, update) for x, update in zip(lu, _times(sb, multipliers, u, dtype))]
+        lu = [sb.op("Sub", x, update) for x, update in zip(lu, times(sb, multipliers, u, dtype))]
         lu = [set_column(sb, x, k1, sb.op("Where", below, mult, column), batch, m)
               for x, mult, column in zip(lu, multipliers, columns)]
         return lu, [reshape_to(sb, pivot_row, [batch])]
@@ -227,38 +223,18 @@ def qr_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
     *_, m, n = shape
     batch = prod(shape[:-2])
     row, col = iota(b, m, (m, 1)), iota(b, n, (1, n))
-    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
-    units = [one, zero][:len(planes)]  # 1 as planes
+    zero = b.const(np.zeros((), dtype))
 
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
         k1 = loop_step(sb, k)
         columns = [sb.op("Gather", x, k1, axis=2) for x in carried]
-        alpha = [sb.op("Gather", c, k1, axis=1) for c in columns]
         below, at = sb.op("Greater", row, k), sb.op("Equal", row, k)
-        tails = [sb.op("Where", below, c, zero) for c in columns]
-        tail_norm2 = sum_squares(sb, tails, [1])
-        alpha_norm2 = [sb.op("Mul", x, x) for x in alpha]
-        alpha_norm2 = alpha_norm2[0] if len(alpha) == 1 else sb.op("Add", *alpha_norm2)
-        norm = sb.op("Sqrt", sb.op("Add", alpha_norm2, tail_norm2))
-        beta = sb.op("Where", sb.op("Less", alpha[0], zero), norm, sb.op("Neg", norm))  # -sign(re alpha) * norm
-        identity = sb.op("Equal", tail_norm2, zero)  # nothing to annihilate: tau = 0, H = I
-        if len(alpha) == 2:
-            identity = sb.op("And", identity, sb.op("Equal", alpha[1], zero))
-        # tau = (beta - alpha) / beta conjugated, v = tail / (alpha - beta) with a unit head (LAPACK's larfg).
-        tau = [sb.op("Div", sb.op("Sub", beta, alpha[0]), beta), *[sb.op("Div", sb.op("Neg", x), beta)
-                                                                   for x in alpha[1:]]]
-        tau = [sb.op("Where", identity, zero, t) for t in tau]
-        denominator = [sb.op("Where", identity, one, sb.op("Sub", alpha[0], beta)),
-                       *[sb.op("Where", identity, zero, x) for x in alpha[1:]]]
-        scale = ([sb.op("Reciprocal", denominator[0])] if len(alpha) == 1 else
-                 list(complex_ops.divide(sb, dtype, Z(one, zero), Z(*denominator))))
-        v = [sb.op("Where", at, unit, x) for unit, x in zip(units, _times(sb, tails, scale, dtype))]
+        v, tau, heads = larfg(sb, columns, row, k, dtype)
         # H^H = I - conj(tau) v v^H on the columns right of k (LAPACK's larf: w = v^H C, C -= conj(tau) v w); v is
         # zero above row k and the update zero in columns up to k, so adding it leaves those entries as they are.
         w = [sb.op("Where", sb.op("Greater", col, k), x, zero) for x in matmul(sb, adjoint(sb, v), carried)]
         minus_conj_tau = [sb.op("Neg", tau[0]), *tau[1:]]
-        qr = [sb.op("Add", x, u) for x, u in zip(carried, _times(sb, v, _times(sb, minus_conj_tau, w, dtype), dtype))]
-        heads = [sb.op("Where", identity, alpha[0], beta), *[sb.op("Where", identity, x, zero) for x in alpha[1:]]]
+        qr = [sb.op("Add", x, u) for x, u in zip(carried, times(sb, v, times(sb, minus_conj_tau, w, dtype), dtype))]
         qr = [set_column(sb, x, k1, sb.op("Where", at, head, sb.op("Where", below, vp, c)), batch, m)
               for x, head, vp, c in zip(qr, heads, v, columns)]
         return qr, [reshape_to(sb, t, [batch]) for t in tau]
@@ -296,7 +272,7 @@ def householder_q(b: Builder, reflectors: Planes, taus: Planes, shape: tuple[int
         # Columns left of i are zero from row i down: the update leaves them exactly as they are.
         w = matmul(sb, adjoint(sb, v), carried)
         minus_tau = [sb.op("Neg", sb.op("Gather", t, i1, axis=1)) for t in taus]
-        return [sb.op("Add", q, u) for q, u in zip(carried, _times(sb, v, _times(sb, minus_tau, w, dtype), dtype))], []
+        return [sb.op("Add", q, u) for q, u in zip(carried, times(sb, v, times(sb, minus_tau, w, dtype), dtype))], []
 
     planes = [eye(b, batch, m, dtype, n), b.op("Expand", zero, b.shape_const([batch, m, n]))][:len(reflectors)]
     return loop(b, "orgqr", k, planes, [TensorType((batch, m, n), dtype)] * len(planes), body)

@@ -10,6 +10,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder, graph_input
+from hlo2onnx.ops import complex as complex_ops
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.types import TensorType, is_float, set_type
 
@@ -99,6 +100,40 @@ def reflector(b: Builder, x: Planes, row: ir.Value, j: ir.Value, dtype: np.dtype
     two = b.const(np.asarray(2, dtype))
     empty = b.op("Equal", vv, zero)
     return v, b.op("Where", empty, zero, b.op("Div", two, b.op("Where", empty, two, vv)))
+
+
+def times(b: Builder, x: Planes, y: Planes, dtype: np.dtype) -> Planes:
+    """The elementwise product of planes."""
+    return [b.op("Mul", x[0], y[0])] if len(x) == 1 else list(complex_ops.multiply(b, dtype, complex_ops.Z(*x),
+                                                                                 complex_ops.Z(*y)))
+
+
+def larfg(b: Builder, columns: Planes, row: ir.Value, j: ir.Value, dtype: np.dtype) -> tuple[Planes, Planes, Planes]:
+    """LAPACK's larfg (zlarfg for complex planes) on the entries from row j down of the (B, m, 1) columns (those
+    above are ignored): H = I - tau v v^H with H^H x = beta e_j, beta = -sign(re alpha) ||x||. Returns v (zero above
+    j, a unit head at j, the tail scaled by 1 / (alpha - beta)), tau = (beta - alpha) / beta, and the new head:
+    beta, or alpha where nothing is left to annihilate (tau = 0, H = I). `row`: iota (m, 1); j: a scalar index."""
+    zero, one = b.const(np.zeros((), dtype)), b.const(np.ones((), dtype))
+    alpha = [b.op("Gather", c, loop_step(b, j), axis=1) for c in columns]
+    below, at = b.op("Greater", row, j), b.op("Equal", row, j)
+    tails = [b.op("Where", below, c, zero) for c in columns]
+    tail_norm2 = sum_squares(b, tails, [1])
+    alpha_norm2 = [b.op("Mul", x, x) for x in alpha]
+    alpha_norm2 = alpha_norm2[0] if len(alpha) == 1 else b.op("Add", *alpha_norm2)
+    norm = b.op("Sqrt", b.op("Add", alpha_norm2, tail_norm2))
+    beta = b.op("Where", b.op("Less", alpha[0], zero), norm, b.op("Neg", norm))
+    identity = b.op("Equal", tail_norm2, zero)
+    if len(alpha) == 2:
+        identity = b.op("And", identity, b.op("Equal", alpha[1], zero))
+    tau = [b.op("Div", b.op("Sub", beta, alpha[0]), beta), *[b.op("Div", b.op("Neg", x), beta) for x in alpha[1:]]]
+    tau = [b.op("Where", identity, zero, t) for t in tau]
+    denominator = [b.op("Where", identity, one, b.op("Sub", alpha[0], beta)),
+                   *[b.op("Where", identity, zero, x) for x in alpha[1:]]]
+    scale = ([b.op("Reciprocal", denominator[0])] if len(alpha) == 1 else
+             list(complex_ops.divide(b, dtype, complex_ops.Z(one, zero), complex_ops.Z(*denominator))))
+    v = [b.op("Where", at, unit, x) for unit, x in zip([one, zero], times(b, tails, scale, dtype))]
+    heads = [b.op("Where", identity, alpha[0], beta), *[b.op("Where", identity, x, zero) for x in alpha[1:]]]
+    return v, tau, heads
 
 
 def nonfinite_info(b: Builder, x: ir.Value, dtype: np.dtype, ttype: TensorType) -> ir.Value:
