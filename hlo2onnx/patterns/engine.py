@@ -115,8 +115,15 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
         if delta is None:
             continue
         for initializer in delta.new_initializers:
-            if initializer.name not in graph.initializers:
-                graph.register_initializer(initializer)
+            existing = graph.initializers.get(initializer.name)
+            if existing is initializer:
+                continue
+            if existing is not None:
+                # Rules name initializers after the value they rewrite (onnxscript's Reshape merge: "<out>/shape"),
+                # and a rewritten value keeps its name, so a second merge at the same value asks for the same
+                # name: the new initializer gets its own instead of being left out of the graph.
+                initializer.name = _free_name(initializer.name, graph.initializers)
+            graph.register_initializer(initializer)
         basic_constant_propagation(delta.new_nodes)
         inherit_sources(delta.match.nodes, delta.new_nodes, rule.name)
         ir.convenience.replace_nodes_and_values(graph, node, delta.match.nodes, delta.new_nodes,
@@ -127,6 +134,13 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
                 by_op.setdefault(new.op_type, []).append(new)
         count += 1
     return count
+
+
+def _free_name(name: str, taken) -> str:
+    suffix = 1
+    while f"{name}_{suffix}" in taken:
+        suffix += 1
+    return f"{name}_{suffix}"
 
 
 def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counter:
