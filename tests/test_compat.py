@@ -15,24 +15,23 @@ from hlo2onnx import compat
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("version, ok", [
-    ("0.9.2", False), ("0.10.0", True), ("0.10.2", True), ("0.11.2", True), ("0.12.0.1", True),
-    ("0.13.0", False), ("1.0.0", False), ("0.12.0.dev20261101", True)])
-def test_jax_range(version, ok):
-    if ok:
-        compat.require("jax", version, compat.SUPPORTED_JAX)
-    else:
-        with pytest.raises(ImportError, match=r"support jax 0\.10 to 0\.12; found jax .*pip install 'jax>=0\.10,<0\.13'"):
-            compat.require("jax", version, compat.SUPPORTED_JAX)
+RANGES = {"jax": (compat.SUPPORTED_JAX, r"jax 0\.10 to 0\.12; found jax .*pip install 'jax>=0\.10,<0\.13'"),
+          "onnxruntime": (compat.SUPPORTED_ONNXRUNTIME,
+                          r"onnxruntime 1\.31 to 1\.32; .*'onnxruntime>=1\.31,<1\.33'")}
 
 
-@pytest.mark.parametrize("version, ok", [("1.30.0", False), ("1.31.1", True), ("1.32.0", True), ("1.33.0", False)])
-def test_onnxruntime_range(version, ok):
+@pytest.mark.parametrize("package, version, ok", [
+    ("jax", "0.9.2", False), ("jax", "0.10.0", True), ("jax", "0.10.2", True), ("jax", "0.11.2", True),
+    ("jax", "0.12.0.1", True), ("jax", "0.13.0", False), ("jax", "1.0.0", False), ("jax", "0.12.0.dev20261101", True),
+    ("onnxruntime", "1.30.0", False), ("onnxruntime", "1.31.1", True), ("onnxruntime", "1.32.0", True),
+    ("onnxruntime", "1.33.0", False)])
+def test_supported_ranges(package, version, ok):
+    supported, refusal = RANGES[package]
     if ok:
-        compat.require("onnxruntime", version, compat.SUPPORTED_ONNXRUNTIME)
+        compat.require(package, version, supported)
     else:
-        with pytest.raises(ImportError, match=r"onnxruntime 1\.31 to 1\.32; .*'onnxruntime>=1\.31,<1\.33'"):
-            compat.require("onnxruntime", version, compat.SUPPORTED_ONNXRUNTIME)
+        with pytest.raises(ImportError, match=refusal):
+            compat.require(package, version, supported)
 
 
 def test_installed_versions_are_supported():
