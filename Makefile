@@ -49,4 +49,4 @@ bench: install
 	$(PY) benchmarks/bench_mnist.py
 
 clean:
-	rm -rf .venv .venv-python* build *.egg-info
+	rm -rf .venv .venv-* build *.egg-info
