@@ -29,7 +29,8 @@ from hlo2onnx.builder import Builder
 from hlo2onnx.ops import complex as complex_ops
 from hlo2onnx.ops.complex import Z
 from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, eye, first_failure, flat, iota, larfg,
-                                      loop, loop_step, matmul, reversed_axes, set_column, times, transposed, unflat)
+                                      loop, loop_step, matmul, pack_reflector, reversed_axes, set_column, times,
+                                      transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.translator import RuleContext
@@ -228,15 +229,13 @@ def qr_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
     def body(sb: Builder, k: ir.Value, carried: list[ir.Value]):
         k1 = loop_step(sb, k)
         columns = [sb.op("Gather", x, k1, axis=2) for x in carried]
-        below, at = sb.op("Greater", row, k), sb.op("Equal", row, k)
         v, tau, heads = larfg(sb, columns, row, k, dtype)
         # H^H = I - conj(tau) v v^H on the columns right of k (LAPACK's larf: w = v^H C, C -= conj(tau) v w); v is
         # zero above row k and the update zero in columns up to k, so adding it leaves those entries as they are.
         w = [sb.op("Where", sb.op("Greater", col, k), x, zero) for x in matmul(sb, adjoint(sb, v), carried)]
         minus_conj_tau = [sb.op("Neg", tau[0]), *tau[1:]]
         qr = [sb.op("Add", x, u) for x, u in zip(carried, times(sb, v, times(sb, minus_conj_tau, w, dtype), dtype))]
-        qr = [set_column(sb, x, k1, sb.op("Where", at, head, sb.op("Where", below, vp, c)), batch, m)
-              for x, head, vp, c in zip(qr, heads, v, columns)]
+        qr = [pack_reflector(sb, x, k1, c, vp, head, row, k, batch, m) for x, head, vp, c in zip(qr, heads, v, columns)]
         return qr, [reshape_to(sb, t, [batch]) for t in tau]
 
     full, row_type = TensorType((batch, m, n), dtype), TensorType((batch,), dtype)

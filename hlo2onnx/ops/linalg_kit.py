@@ -136,6 +136,14 @@ def larfg(b: Builder, columns: Planes, row: ir.Value, j: ir.Value, dtype: np.dty
     return v, tau, heads
 
 
+def pack_reflector(b: Builder, x: ir.Value, k1: ir.Value, column: ir.Value, v: ir.Value, head: ir.Value,
+                   row: ir.Value, j: ir.Value, batch: int, m: int) -> ir.Value:
+    """Column k of (B, m, n) x as LAPACK leaves it after larfg at row j: the column above j, the new head at j,
+    the reflector's tail below (`column` is the column before, `k1` the (1,) index of k)."""
+    packed = b.op("Where", b.op("Equal", row, j), head, b.op("Where", b.op("Greater", row, j), v, column))
+    return set_column(b, x, k1, packed, batch, m)
+
+
 def nonfinite_info(b: Builder, x: ir.Value, dtype: np.dtype, ttype: TensorType) -> ir.Value:
     """LAPACK's info for routines that cannot fail otherwise: 0, or 1 for a (B, r, c) input with a NaN or
     infinity (x - x is NaN there), on which JAX reports all-NaN results."""

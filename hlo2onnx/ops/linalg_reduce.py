@@ -16,8 +16,8 @@ from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.constant import splat_scalar
-from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, flat, iota, larfg, loop, loop_step, reversed_axes,
-                                      set_column, transposed, unflat)
+from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, flat, iota, larfg, loop, loop_step, pack_reflector,
+                                      reversed_axes, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
@@ -66,8 +66,7 @@ def gehrd(ctx: RuleContext, a, *, low: int, high: int):
         # A := H A on the columns right of k (larf 'L': w = v^T A, A -= v (tau w)).
         w = sb.op("Where", sb.op("Greater", col, k), sb.op("MatMul", transposed(sb, v), h), zero)
         h = sb.op("Sub", h, sb.op("MatMul", v, sb.op("Mul", tau, w)))
-        h = set_column(sb, h, k1, sb.op("Where", sb.op("Equal", row, j), head,
-                                        sb.op("Where", sb.op("Greater", row, j), v, column)), batch, n)
+        h = pack_reflector(sb, h, k1, column, v, head, row, j, batch, n)
         return [h], [reshape_to(sb, tau, [batch])]
 
     h, taus = loop(b, "gehrd", n - 1, [flat(b, a, ctx.in_types[0], 2, dtype)], [TensorType((batch, n, n), dtype)],
@@ -118,8 +117,7 @@ def _sytd2_lower(b: Builder, x: ir.Value, batch: int, n: int, dtype: np.dtype) -
         dot = sb.op("ReduceSum", sb.op("Mul", y, v), sb.shape_const([1]), keepdims=1)
         w = sb.op("Add", y, sb.op("Mul", sb.op("Neg", sb.op("Mul", sb.op("Mul", half, tau), dot)), v))
         s = sb.op("Sub", s, sb.op("Add", sb.op("MatMul", v, transposed(sb, w)), sb.op("MatMul", w, transposed(sb, v))))
-        s = set_column(sb, s, k1, sb.op("Where", sb.op("Equal", row, j), head,
-                                        sb.op("Where", sb.op("Greater", row, j), v, column)), batch, n)
+        s = pack_reflector(sb, s, k1, column, v, head, row, j, batch, n)
         return [s], [reshape_to(sb, head, [batch]), reshape_to(sb, tau, [batch])]
 
     scan = TensorType((batch,), dtype)
@@ -194,8 +192,7 @@ def geqp3(ctx: RuleContext, a, jpvt):
         (v,), (tau,), (head,) = larfg(sb, [column], row, k, dtype)
         w = sb.op("Where", sb.op("Greater", col, k), sb.op("MatMul", transposed(sb, v), x), zero)
         x = sb.op("Sub", x, sb.op("MatMul", v, sb.op("Mul", tau, w)))
-        x = set_column(sb, x, k1, sb.op("Where", sb.op("Equal", row, k), head,
-                                        sb.op("Where", sb.op("Greater", row, k), v, column)), batch, m)
+        x = pack_reflector(sb, x, k1, column, v, head, row, k, batch, m)
         # laqp2's downdate of the norms of columns right of k, from their new entry in row k.
         live = sb.op("And", sb.op("Greater", col, k), sb.op("Not", sb.op("Equal", vn1, zero)))
         safe1, safe2 = (sb.op("Where", live, v, one) for v in (vn1, vn2))
