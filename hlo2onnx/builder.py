@@ -48,8 +48,9 @@ class Builder:
             attrs["allowzero"] = 1
         return self._tape.op(op_type, list(inputs), attrs or None)
 
-    def ops(self, op_type: str, *inputs: ir.Value | None, num_outputs: int, **attrs) -> Sequence[ir.Value]:
-        return self._tape.op_multi_out(op_type, list(inputs), attrs or None, num_outputs=num_outputs)
+    def ops(self, op_type: str, *inputs: ir.Value | None, num_outputs: int, domain: str = "",
+            **attrs) -> Sequence[ir.Value]:
+        return self._tape.op_multi_out(op_type, list(inputs), attrs or None, num_outputs=num_outputs, domain=domain)
 
     def typed(self, op_type: str, *inputs: ir.Value, dtype: np.dtype, result_dtype: np.dtype | None = None,
               cast: Sequence[int] | None = None, **attrs) -> ir.Value:

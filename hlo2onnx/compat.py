@@ -55,6 +55,12 @@ def mark_weak(array: jax.Array) -> jax.Array:
     return lax_internal._convert_element_type(array, weak_type=True)
 
 
+def host_callbacks(lowered: jax.stages.Lowered) -> list:
+    """The Python functions a lowering's host callbacks call, by the `index` of their custom calls: what
+    jax.jit hands XLA at compile time; no public API exposes them (0.10.2, 0.11.2, 0.12.0.1)."""
+    return list(lowered._lowering.compile_args.get("host_callbacks", ()))
+
+
 def make_ir_context():
     """An MLIR context with exactly the dialects jax emits registered (StableHLO, CHLO, func, VHLO).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
@@ -46,28 +46,32 @@ def check_opset(opset: object) -> int:
 
 def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET, name: str = "main",
         fuse: bool = True, progress: Progress | None = None, timings: dict[str, float] | None = None,
-        adjust: Callable[[ir.Model], None] | None = None) -> ConversionReport:
+        adjust: Callable[[ir.Model], None] | None = None,
+        host_callbacks: Sequence[int] | None = None) -> ConversionReport:
     """Translates `module` (left unchanged) into an ONNX model with its report.
 
     `adjust(model)` runs inside the module's context right after translation,
     before optimization (jax.export artifacts rename and reshape inputs there).
-    `timings` receives seconds per stage. Raises TargetError when a strict
-    target cannot run the result.
+    `timings` receives seconds per stage. `host_callbacks`: the ids mnjit runs
+    the lowering's Python callbacks under (hlo2onnx/host_calls.py); without
+    them a callback is refused. Raises TargetError when a strict target cannot
+    run the result.
     """
     target = targets.get(target)
     check_opset(opset)
     with InterruptGuard():  # Ctrl-C raised, not lost in a garbage-collector callback
-        return _run(module, target, opset, name, fuse, progress, {} if timings is None else timings, adjust)
+        return _run(module, target, opset, name, fuse, progress, {} if timings is None else timings, adjust,
+                    host_callbacks)
 
 
-def _run(module, target, opset, name, fuse, progress, timings, adjust) -> ConversionReport:
+def _run(module, target, opset, name, fuse, progress, timings, adjust, host_callbacks) -> ConversionReport:
     with timed(timings, "prepare"):
         try:
             prepared = prepare(module)
         except mlir.MLIRError as e:
             raise InvalidInputError(f"cannot legalize the module: {' '.join(str(e).split())}") from None
     with timed(timings, "translate"), module.context:
-        translator = ProgressTranslator(prepared, target, opset, progress)
+        translator = ProgressTranslator(prepared, target, opset, progress, host_callbacks)
         model = translator.translate(graph_name=name)
         if adjust is not None:
             adjust(model)
@@ -89,9 +93,10 @@ def translate(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int
 
 
 def translate_report(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET,
-                     name: str = "main", fuse: bool = True) -> ConversionReport:
-    """`translate`, keeping what it did: the model is the report's `.model`."""
-    return run(module, target=target, opset=opset, name=name, fuse=fuse)
+                     name: str = "main", fuse: bool = True,
+                     host_callbacks: Sequence[int] | None = None) -> ConversionReport:
+    """`translate`, keeping what it did: the model is the report's `.model`. `host_callbacks`: see `run`."""
+    return run(module, target=target, opset=opset, name=name, fuse=fuse, host_callbacks=host_callbacks)
 
 
 @contextmanager
@@ -107,8 +112,9 @@ def timed(timings: dict[str, float], stage: str) -> Iterator[None]:
 class ProgressTranslator(Translator):
     """The translator, reporting how many ops it has emitted (for modules with thousands)."""
 
-    def __init__(self, module: mlir.Operation, target: Target, opset: int, progress: Progress | None):
-        super().__init__(module, target, opset)
+    def __init__(self, module: mlir.Operation, target: Target, opset: int, progress: Progress | None,
+                 host_callbacks: Sequence[int] | None = None):
+        super().__init__(module, target, opset, host_callbacks)
         self._progress = progress
         self._done = 0
         self._last = 0.0

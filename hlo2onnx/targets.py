@@ -37,6 +37,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.tape import Tape
 
+from hlo2onnx import host_calls
 from hlo2onnx import targets_openvino
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
@@ -324,6 +325,10 @@ def _kernel_dtype(node: ir.Node) -> np.dtype | None:
 
 
 def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
+    if host_calls.is_host_call(node):
+        if target.runtime != "onnxruntime" or target.device != "cpu":
+            yield "a Python host callback runs only on mnjit's ort-cpu runtime"
+        return
     if node.domain not in ("", "ai.onnx"):
         yield f"custom domain {node.domain}"
         return

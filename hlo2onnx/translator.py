@@ -16,13 +16,14 @@ import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 
 from hlo2onnx import attrs as attr_codec
+from hlo2onnx import host_calls
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
 from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
 from hlo2onnx.provenance import tag_nodes
 from hlo2onnx.targets import Target
-from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, set_type, tensor_type
+from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, is_token, set_type, tensor_type
 
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
 # Replaces one op's rule inside one emit_block call: (builder, inputs) -> outputs. Keyed by the op's first result.
@@ -58,10 +59,15 @@ class RuleContext:
 
 
 class Translator:
-    def __init__(self, module: mlir.Module | mlir.Operation, target: Target, opset: int):
+    def __init__(self, module: mlir.Module | mlir.Operation, target: Target, opset: int,
+                 host_callbacks: Sequence[int] | None = None):
+        """`host_callbacks`: the ids under which the caller runs the lowering's host callbacks, by index (mnjit
+        gives them); without them a callback is refused (hlo2onnx/host_calls.py)."""
         module_op = module.operation if isinstance(module, mlir.Module) else module
         self.target = target
         self.opset = opset
+        self.host_callbacks = host_callbacks
+        self._sites = itertools.count()
         self.functions = {
             mlir.StringAttr(op.attributes["sym_name"]).value: op
             for op in module_op.regions[0].blocks[0].operations
@@ -80,16 +86,31 @@ class Translator:
         block = func.regions[0].blocks[0]
         graph = ir.Graph([], [], nodes=[], opset_imports={"": self.opset}, name=graph_name)
         builder = Builder(graph, self.target)
-        inputs = []
+        inputs, args = [], []
         used_names: set[str] = set()
         for i, arg in enumerate(block.arguments):
+            if is_token(arg.type):  # ordered effects: the caller's token is a fresh one (calls run in order)
+                args.append(builder.const(np.bool_(True)))
+                continue
             value = ir.Value(name=unique_name(arg_name(arg, i), used_names))
             set_type(value, self._type_of(arg, "func.func"))
             inputs.append(value)
+            args.append(value)
         graph.inputs.extend(inputs)
-        results = self.emit_block(block, inputs, builder)
+        results = self.emit_block(block, args, builder)
+        result_types = mlir.FunctionType(mlir.TypeAttr(func.attributes["function_type"]).value).results
+        results = [value for value, rtype in zip(results, result_types) if not is_token(rtype)]
         graph.outputs.extend(self._graph_outputs(results, builder, used_names))
-        return ir.Model(graph, ir_version=IR_VERSION, producer_name="hlo2onnx")
+        model = ir.Model(graph, ir_version=IR_VERSION, producer_name="hlo2onnx")
+        if any(host_calls.is_host_call(node) for node in graph.all_nodes()):
+            host_calls.order_effects(graph)
+            graph.opset_imports[host_calls.DOMAIN] = host_calls.DOMAIN_VERSION
+            model.metadata_props[host_calls.NEEDS_MNJIT] = "true"
+        return model
+
+    def next_site(self) -> int:
+        """A number no other emitted callback node has: equal callbacks (one function inlined twice) stay two."""
+        return next(self._sites)
 
     def _graph_outputs(self, results: list[ir.Value], b: Builder, used_names: set[str]) -> list[ir.Value]:
         """ONNX outputs must be distinct node outputs: wrap inputs, constants and repeats in Identity."""
@@ -146,7 +167,7 @@ class Translator:
                 raise UnsupportedOpError(name, self.where(op), "complex operands are not supported")
         if name not in DYNAMIC_OK and any(d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
             raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
-        if ctx.out_types and all(_empty(t) for t in ctx.out_types):
+        if ctx.out_types and all(_empty(t) for t in ctx.out_types) and "has_side_effect" not in op.attributes:
             # Results with no elements hold no data, whatever the op: empty constants of their types, and no
             # kernel for ORT to refuse on empty inputs. An op with one non-empty result runs its rule as usual.
             self.op_counts[name] = self.op_counts.get(name, 0) + 1

@@ -70,8 +70,18 @@ def element_dtype(element_type: mlir.Type) -> np.dtype:
         raise UnsupportedTypeError(f"element type {name} has no ONNX equivalent here") from None
 
 
+# StableHLO's token (ordering of side effects) travels as a bool scalar that host callbacks pass along.
+TOKEN = TensorType((), np.dtype(np.bool_))
+
+
+def is_token(mlir_type: mlir.Type) -> bool:
+    return str(mlir_type) == "!stablehlo.token"
+
+
 def tensor_type(mlir_type: mlir.Type) -> TensorType:
-    """Reads a ranked tensor type; dynamic dims come back as -1."""
+    """Reads a ranked tensor type; dynamic dims come back as -1. Tokens read as TOKEN."""
+    if is_token(mlir_type):
+        return TOKEN
     if not isinstance(mlir_type, mlir.RankedTensorType):
         mlir_type = mlir.RankedTensorType(mlir_type)
     shape = tuple(-1 if mlir_type.is_dynamic_dim(i) else d for i, d in enumerate(mlir_type.shape))

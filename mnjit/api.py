@@ -19,7 +19,7 @@ from hlo2onnx import compat
 from hlo2onnx.files import save_model
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
-from mnjit import device, ffi, runtime, fallback as partitioned
+from mnjit import device, ffi, host_callbacks, runtime, fallback as partitioned
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -62,6 +62,8 @@ class MnjitLowered:
     lowered: Any
     model: ir.Model
     conversion: hlo2onnx.ConversionReport | None = None
+    # Keeps the signature's Python callbacks callable (mnjit/host_callbacks.py).
+    callbacks: host_callbacks.Registration | None = None
 
     def report(self) -> str:
         """Per StableHLO op kind, the ONNX op types it became; the fusions that fired; node counts before/after;
@@ -89,7 +91,14 @@ class MnjitLowered:
 
         Weights go to the file `external_data` (a name relative to `path`'s folder) when given, and always
         when they exceed protobuf's 2 GB limit (then beside `path`, as `<name>.data`).
+        A model holding Python host callbacks is refused: no runtime but mnjit's can call them.
         """
+        if self.callbacks is not None:
+            raise hlo2onnx.Hlo2OnnxError(
+                f"this function calls Python on the host ({host_callbacks.describe(self.model)}): its ONNX model "
+                "runs only under mnjit, which calls the functions; other runtimes cannot load it, so it is not "
+                "saved. Move the callbacks (jax.debug.print, pure_callback, io_callback, equinox checks such as "
+                "eqx.error_if) out of the function to export it")
         save_model(self.model, path, external_data)
 
 
@@ -332,9 +341,13 @@ class MnjitFunction:
             if self._fallback:
                 return partitioned.plan(traced, self._target, self._opset, getattr(self._fun, "__name__", "main"))
             lowered = traced.lower()
+            functions = compat.host_callbacks(lowered)
+            ids = host_callbacks.reserve(len(functions)) if functions else None
             conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
-                                                   opset=self._opset, name=getattr(self._fun, "__name__", "main"))
-        return MnjitLowered(traced, lowered, conversion.model, conversion)
+                                                   opset=self._opset, name=getattr(self._fun, "__name__", "main"),
+                                                   host_callbacks=ids)
+        registration = host_callbacks.Registration(conversion.model, functions, ids) if functions else None
+        return MnjitLowered(traced, lowered, conversion.model, conversion, registration)
 
     def _compile(self, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
         with InterruptGuard():

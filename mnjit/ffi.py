@@ -28,8 +28,8 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime
 
-from hlo2onnx import compat
-from mnjit import runtime
+from hlo2onnx import compat, host_calls
+from mnjit import host_callbacks, runtime
 
 _SOURCE = Path(__file__).with_name("csrc") / "ort_ffi.cc"
 _TARGET_NAME = "mnjit_ort_run"
@@ -82,7 +82,8 @@ def _cache_dir() -> Path:
 def _build() -> Path:
     """Compiles the extension once per source, jaxlib and ORT version; concurrent builders race harmlessly."""
     include = Path(jax.ffi.include_dir())
-    key = hashlib.sha256(_SOURCE.read_bytes() + jax.__version__.encode() + onnxruntime.__version__.encode()
+    sources = b"".join(path.read_bytes() for path in sorted(_SOURCE.parent.iterdir()))  # the .cc and its headers
+    key = hashlib.sha256(sources + jax.__version__.encode() + onnxruntime.__version__.encode()
                          + sys.version.encode()).hexdigest()[:16]
     built = _cache_dir() / f"ort_ffi-{key}.so"
     if built.exists():
@@ -133,6 +134,7 @@ def _load() -> ctypes.CDLL:
     if lib.ort_ffi_init(_ort_library().encode(), threads, error, _ERROR_SIZE) != 0:
         raise RuntimeError(f"ONNX Runtime's C API: {error.value.decode(errors='replace')}")
     runtime.pool_created(threads)
+    host_callbacks.install(lib)
     jax.ffi.register_ffi_target(_TARGET_NAME, jax.ffi.pycapsule(lib.MnjitOrtRun), platform="cpu")
     return lib
 
@@ -152,9 +154,13 @@ def _tensor_spec(aval) -> list[int] | None:
 class FfiSession:
     """One ORT session behind the custom call; `call` emits it inside a jax trace."""
 
-    def __init__(self, lib: ctypes.CDLL, handle: int, out_avals: Sequence, bounded: bool) -> None:
+    def __init__(self, lib: ctypes.CDLL, handle: int, out_avals: Sequence, bounded: bool,
+                 callbacks: bool = False) -> None:
         self._lib, self.handle = lib, handle
         self.bounded = bounded  # no while loop: the run time cannot hang on the data
+        # Python host callbacks: run on mnjit's Python path only (their exceptions are raised there; jax.jit's
+        # custom call would hold them in XLA's thread), and never probed (a probe would call them).
+        self.callbacks = callbacks
         self._results = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals]
         self._call = jax.ffi.ffi_call(_TARGET_NAME, self._results)
 
@@ -165,7 +171,7 @@ class FfiSession:
         """Whether jax.jit may run this session as a custom call, which Ctrl-C cannot end: only when its run
         time cannot hang on the data (no while loop) and one run on zero-filled inputs ends within
         SLOW_RUN_SECONDS (the probe is terminated there, and by Ctrl-C)."""
-        if not self.bounded:
+        if not self.bounded or self.callbacks:
             return False
         lib, error = self._lib, ctypes.create_string_buffer(_ERROR_SIZE)
         run_options = lib.ort_ffi_run_options()
@@ -185,20 +191,27 @@ class FfiSession:
         pointers = (ctypes.c_void_p * (len(inputs) + len(outputs)))(*inputs, *outputs)
         outs = ctypes.cast(ctypes.byref(pointers, len(inputs) * ctypes.sizeof(ctypes.c_void_p)),
                            ctypes.POINTER(ctypes.c_void_p))
+
+        def ort_run(run_options) -> tuple[int, BaseException | None]:
+            # On the thread that runs ORT, which is the one its callbacks ran on (sequential execution).
+            failed = lib.ort_ffi_run(self.handle, run_options, pointers, outs, error, _ERROR_SIZE)
+            return failed, host_callbacks.take_pending() if self.callbacks else None
+
         if not interruptible:
-            failed = lib.ort_ffi_run(self.handle, None, pointers, outs, error, _ERROR_SIZE)
+            failed, raised = ort_run(None)
         else:
             run_options = lib.ort_ffi_run_options()
             if not run_options:
                 raise MemoryError("ONNX Runtime could not create run options")
             try:
-                failed = runtime.run_interruptibly(
-                    lambda: lib.ort_ffi_run(self.handle, run_options, pointers, outs, error, _ERROR_SIZE),
-                    lambda: lib.ort_ffi_terminate(run_options))
+                failed, raised = runtime.run_interruptibly(lambda: ort_run(run_options),
+                                                           lambda: lib.ort_ffi_terminate(run_options))
             finally:
                 lib.ort_ffi_release_run_options(run_options)
         if failed:
-            raise RuntimeError(f"ONNX Runtime: {error.value.decode(errors='replace')}")
+            message = error.value.decode(errors="replace")
+            host_callbacks.raise_pending(raised)
+            raise RuntimeError(f"ONNX Runtime: {message}")
 
     def __del__(self) -> None:
         self._lib.ort_ffi_release(self.handle)
@@ -221,10 +234,15 @@ def create(model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> FfiSessi
     """
     lib = _LIBRARY.get()
     specs = [_tensor_spec(a) for a in [*in_avals, *out_avals]]
+    callbacks = bool(host_calls.host_calls(model))  # only this session can call Python: it must take the model
+    if callbacks and lib is None:
+        raise RuntimeError(f"this function calls Python on the host, which needs mnjit's C extension: {_LIBRARY.reason}")
+    if callbacks and any(s is None for s in specs):
+        raise TypeError("a function with Python host callbacks cannot take or return float8 or int4 arrays")
     if lib is None or any(s is None for s in specs) or not out_avals:
         return None
     weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
-    if weights > MAX_WEIGHT_BYTES:
+    if weights > MAX_WEIGHT_BYTES and not callbacks:
         return None
     model_bytes = ir.to_proto(model).SerializeToString()
     names = [[v.name.encode() for v in values] for values in (model.graph.inputs, model.graph.outputs)]
@@ -233,11 +251,13 @@ def create(model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> FfiSessi
     handle = lib.ort_ffi_create(model_bytes, len(model_bytes), b"\0".join(names[0]) + b"\0", len(names[0]),
                                 b"\0".join(names[1]) + b"\0", len(names[1]), (ctypes.c_int64 * len(flat))(*flat),
                                 error, _ERROR_SIZE)
+    if not handle and callbacks:
+        raise RuntimeError(f"ONNX Runtime: {error.value.decode(errors='replace')}")
     if not handle:
         return None  # the Python path creates its own session and reports ORT's error
     bounded = not any(node.op_type == "Scan" or node.op_type == "Loop" and not _fixed_trip_count(node)
                       for node in model.graph.all_nodes())
-    return FfiSession(lib, handle, out_avals, bounded)
+    return FfiSession(lib, handle, out_avals, bounded, callbacks)
 
 
 class FfiRunner:

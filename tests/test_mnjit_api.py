@@ -191,14 +191,14 @@ LINE_OF_CALLBACK = None
 
 def test_unsupported_op_names_op_and_source_line():
     def f(x):
-        global LINE_OF_CALLBACK
-        LINE_OF_CALLBACK = inspect.currentframe().f_lineno + 1
-        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        global LINE_OF_UNSUPPORTED
+        LINE_OF_UNSUPPORTED = inspect.currentframe().f_lineno + 1
+        return jax.lax.rng_uniform(jnp.float32(0), jnp.float32(1), x.shape) + x
     with pytest.raises(hlo2onnx.UnsupportedOpError) as info:
         mnjit(f)(jnp.ones(3))
     message = str(info.value)
-    assert "stablehlo.custom_call" in message
-    assert f"test_mnjit_api.py:{LINE_OF_CALLBACK}" in message
+    assert "stablehlo.rng" in message
+    assert f"test_mnjit_api.py:{LINE_OF_UNSUPPORTED}" in message
 
 
 def test_not_callable_is_a_clear_error():

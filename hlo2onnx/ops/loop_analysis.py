@@ -23,10 +23,11 @@ import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx import host_calls
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.translator import Translator
-from hlo2onnx.types import tensor_type
+from hlo2onnx.types import is_token, tensor_type
 
 # Ops that draw a new value per run: never hoisted out of a loop.
 _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
@@ -47,7 +48,9 @@ def hoist_invariants(sb: Builder, b: Builder, body_inputs: Sequence[ir.Value]) -
     for node in list(sb.graph):
         # A nested Loop/If may read this body's values from its own subgraph: it stays.
         nested = any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
-        if nested or node.op_type in _RANDOM or any(v in local for v in node.inputs if v is not None):
+        # A callback runs once per iteration under jax.jit too (its function may count or print).
+        if nested or node.op_type in _RANDOM or host_calls.is_host_call(node) \
+                or any(v in local for v in node.inputs if v is not None):
             local.update(node.outputs)
         else:  # names from the body's namer would clash in the outer graph
             sb.graph.remove(node)
@@ -143,7 +146,9 @@ class _Reader:
 
 
 def _is_int(value: mlir.Value) -> bool:
-    return isinstance(mlir.RankedTensorType(value.type).element_type, mlir.IntegerType)
+    # Tokens (ordered host callbacks) are no tensors.
+    return not is_token(value.type) and \
+        isinstance(mlir.RankedTensorType(value.type).element_type, mlir.IntegerType)
 
 
 def _direction(compare: mlir.Operation) -> str:
@@ -236,6 +241,8 @@ def plan_loop(op: mlir.Operation, translator: Translator) -> LoopPlan:
 def _stacking_write(op, reader: _Reader, j: int, out: mlir.Value, starts: dict[int, int], trip: int) -> _Scan | None:
     """The dynamic_update_slice that writes row t (or trip-1-t) of carried buffer `j` at iteration t, if any."""
     body, translator = reader.block, reader.translator
+    if is_token(op.operands[j].type):
+        return None  # a token
     shape = tuple(mlir.RankedTensorType(op.operands[j].type).shape)
     if trip == 0 or not shape or shape[0] != trip:
         return None

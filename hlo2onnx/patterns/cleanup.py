@@ -17,6 +17,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter.rules import common as common_rules
 
+from hlo2onnx import host_calls
 from hlo2onnx.patterns import engine
 
 # Elementwise ops with numpy (multidirectional) broadcasting.
@@ -281,7 +282,12 @@ def clean(model: ir.Model) -> None:
             changed += remove_unused(graph)
         if not changed:
             break
-    common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
+    if host_calls.host_calls(model):  # onnx-ir's pass would drop callbacks run for their effects
+        for graph in all_graphs(model.graph):
+            remove_unused(graph)
+        drop_unread_initializers(model)
+    else:
+        common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
 
 
 def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
@@ -321,10 +327,10 @@ def eliminate_common_subexpressions(graph: ir.Graph) -> int:
 
 
 def remove_unused(graph: ir.Graph) -> int:
-    """Drops nodes none of whose outputs is used (a quick DCE; ONNX ops have no side effects)."""
+    """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects)."""
     count = 0
     for node in reversed(list(graph)):
-        if not any(v.uses() or v.is_graph_output() for v in node.outputs):
+        if not any(v.uses() or v.is_graph_output() for v in node.outputs) and not host_calls.pinned(node):
             graph.remove(node, safe=True)
             count += 1
     return count

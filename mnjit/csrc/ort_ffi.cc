@@ -4,7 +4,7 @@
 // ORT costs 3x that (binding, DLPack import of every output). Run as a custom call inside a
 // jax.jit computation, ORT reads the argument buffers and writes straight into the result
 // buffers XLA allocated, so a call costs jax.jit's dispatch plus ORT's own run. No library
-// offers this bridge. Built on first use by mnjit/ffi_build.py (docs/runtime.md).
+// offers this bridge. Built on first use by mnjit/ffi.py (docs/runtime.md).
 //
 // ORT is reached through its stable C ABI: OrtApi is a table of function pointers that ORT
 // only ever appends to, so the few slots used here keep their index in every release. The
@@ -41,21 +41,36 @@ struct OrtApiBase {
 
 // Slots of OrtApi (ORT_API_VERSION 13 and later).
 enum Slot : int {
+  kCreateStatus = 0,
   kGetErrorMessage = 2,
   kCreateEnv = 3,
   kCreateSessionFromArray = 8,
   kRun = 9,
   kCreateSessionOptions = 10,
   kSetGraphOptimizationLevel = 23,
+  kCreateCustomOpDomain = 26,
+  kCustomOpDomain_Add = 27,
+  kAddCustomOpDomain = 28,
   kCreateRunOptions = 39,
   kRunOptionsSetRunLogSeverityLevel = 41,
   kRunOptionsSetTerminate = 46,
   kCreateTensorWithDataAsOrtValue = 49,
+  kGetTensorMutableData = 51,
+  kGetTensorElementType = 60,
+  kGetDimensionsCount = 61,
+  kGetDimensions = 62,
+  kGetTensorTypeAndShape = 65,
   kCreateCpuMemoryInfo = 69,
+  kKernelInfoGetAttribute_int64 = 86,
+  kKernelContext_GetInputCount = 88,
+  kKernelContext_GetOutputCount = 89,
+  kKernelContext_GetInput = 90,
+  kKernelContext_GetOutput = 91,
   kReleaseStatus = 93,
   kReleaseSession = 95,
   kReleaseValue = 96,
   kReleaseRunOptions = 97,
+  kReleaseTensorTypeAndShapeInfo = 99,
   kReleaseSessionOptions = 100,
   kCreateEnvWithGlobalThreadPools = 119,
   kDisablePerSessionThreads = 120,
@@ -80,6 +95,12 @@ std::string message(Status* status) {
   slot<void (*)(Status*)>(kReleaseStatus)(status);
   return text.empty() ? std::string("ONNX Runtime failed") : text;
 }
+
+}  // namespace
+
+#include "host_callback.h"
+
+namespace {
 
 struct Tensor {
   int32_t onnx_type;
@@ -265,6 +286,11 @@ int64_t ort_ffi_create(const void* model, size_t model_size, const char* input_n
     failure = message(slot<Status* (*)(void*, int)>(kSetGraphOptimizationLevel)(options, 99));
   if (failure.empty())
     failure = message(slot<Status* (*)(void*)>(kDisablePerSessionThreads)(options));  // the env's pool
+  if (failure.empty()) {  // mnjit.HostCallback (host_callback.h)
+    void* domain = host_callback_domain(failure);
+    if (domain != nullptr)
+      failure = message(slot<Status* (*)(void*, void*)>(kAddCustomOpDomain)(options, domain));
+  }
   if (failure.empty())
     failure = message(slot<Status* (*)(const void*, const void*, size_t, const void*, void**)>(
         kCreateSessionFromArray)(env, model, model_size, options, &s->session));
