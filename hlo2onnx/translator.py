@@ -103,7 +103,11 @@ class Translator:
         graph.outputs.extend(self._graph_outputs(results, builder, used_names))
         model = ir.Model(graph, ir_version=IR_VERSION, producer_name="hlo2onnx")
         if any(host_calls.is_host_call(node) for node in graph.all_nodes()):
-            host_calls.order_effects(graph)
+            last_effect = host_calls.order_effects(graph)
+            if not graph.outputs and last_effect is not None:
+                # A function run only for its effects (jax.debug.print) still needs one output for ORT to run:
+                # the order token, which the runtime drops.
+                graph.outputs.extend(self._graph_outputs([last_effect], builder, used_names))
             graph.opset_imports[host_calls.DOMAIN] = host_calls.DOMAIN_VERSION
             model.metadata_props[host_calls.NEEDS_MNJIT] = "true"
         return model

@@ -93,12 +93,7 @@ class MnjitLowered:
         when they exceed protobuf's 2 GB limit (then beside `path`, as `<name>.data`).
         A model holding Python host callbacks is refused: no runtime but mnjit's can call them.
         """
-        if self.callbacks is not None:
-            raise hlo2onnx.Hlo2OnnxError(
-                f"this function calls Python on the host ({host_callbacks.describe(self.model)}): its ONNX model "
-                "runs only under mnjit, which calls the functions; other runtimes cannot load it, so it is not "
-                "saved. Move the callbacks (jax.debug.print, pure_callback, io_callback, equinox checks such as "
-                "eqx.error_if) out of the function to export it")
+        host_callbacks.refuse_saving(self.callbacks, self.model)
         save_model(self.model, path, external_data)
 
 
@@ -341,13 +336,9 @@ class MnjitFunction:
             if self._fallback:
                 return partitioned.plan(traced, self._target, self._opset, getattr(self._fun, "__name__", "main"))
             lowered = traced.lower()
-            functions = compat.host_callbacks(lowered)
-            ids = host_callbacks.reserve(len(functions)) if functions else None
-            conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=self._target,
-                                                   opset=self._opset, name=getattr(self._fun, "__name__", "main"),
-                                                   host_callbacks=ids)
-        registration = host_callbacks.Registration(conversion.model, functions, ids) if functions else None
-        return MnjitLowered(traced, lowered, conversion.model, conversion, registration)
+            conversion, callbacks = host_callbacks.translate(lowered, self._target, self._opset,
+                                                             getattr(self._fun, "__name__", "main"))
+        return MnjitLowered(traced, lowered, conversion.model, conversion, callbacks)
 
     def _compile(self, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
         with InterruptGuard():

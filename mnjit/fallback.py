@@ -36,7 +36,7 @@ import onnx_ir as ir
 import hlo2onnx
 from hlo2onnx import targets as target_table
 from hlo2onnx.errors import source_line
-from mnjit import device
+from mnjit import device, host_callbacks
 from hlo2onnx.files import save_model
 
 XLA = "xla"
@@ -73,6 +73,7 @@ class Partition:
     target: hlo2onnx.Target | None = None
     conversion: hlo2onnx.ConversionReport | None = None
     fell_back: list[FallbackOp] = field(default_factory=list)  # the ops not on the main target
+    callbacks: host_callbacks.Registration | None = None  # keeps its Python host callbacks callable
 
     @property
     def is_onnx(self) -> bool:
@@ -121,6 +122,7 @@ class PartitionedLowered:
 
     def save(self, path: str | os.PathLike, external_data: str | None = None) -> None:
         """Writes the model, when the function is a single ONNX partition (see MnjitLowered.save)."""
+        host_callbacks.refuse_saving(self.partitions[0].callbacks if len(self.partitions) == 1 else None, self.model)
         save_model(self.model, path, external_data)
 
     def report(self) -> str:
@@ -148,14 +150,13 @@ def plan(traced: Any, target: hlo2onnx.Target, opset: int, name: str) -> Partiti
     """Splits a traced function (jax.jit(...).trace) into partitions for `target`."""
     closed = traced.jaxpr
     try:  # the whole function first: one model, no splitting, when the target runs all of it
-        conversion = hlo2onnx.translate_report(traced.lower().compiler_ir("stablehlo"), target=target,
-                                               opset=opset, name=name)
+        conversion, callbacks = host_callbacks.translate(traced.lower(), target, opset, name)
     except Exception:  # any refusal: classify op by op below (the per-op reasons go in the report)
         conversion = None
     if conversion is not None:
         n_in = len(closed.jaxpr.invars)
         part = Partition(target.name, closed, tuple(range(n_in)), tuple(range(n_in, n_in + len(closed.out_avals))),
-                         target, conversion)
+                         target, conversion, callbacks=callbacks)
         return PartitionedLowered(traced, target, [part], n_in + len(closed.out_avals), {}, part.out_slots, True)
     return _split(traced, closed, target, opset, name)
 
@@ -221,7 +222,7 @@ def _split(traced, closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, 
         if part.is_onnx:
             part.target = chain[place]
             try:
-                part.conversion = _translate(sub, part.target, opset, f"{name}_p{g}")
+                part.conversion, part.callbacks = _translate(sub, part.target, opset, f"{name}_p{g}")
             except Exception as e:  # ops that run alone but not together: the run goes to jax.jit whole
                 part.runs_on, part.target = XLA, None
                 part.fell_back = [FallbackOp(eqns[i].primitive.name, _where(eqns[i]),
@@ -398,7 +399,7 @@ def _translate(closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, name
     args = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
     # keep_unused: the ONNX inputs must be exactly the partition's inputs, in order.
     lowered = jax.jit(jc.jaxpr_as_fun(closed), keep_unused=True).trace(*args).lower()
-    return hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=target, opset=opset, name=name)
+    return host_callbacks.translate(lowered, target, opset, name)
 
 
 def _where(eqn) -> str | None:

@@ -24,7 +24,8 @@ import jax
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx import host_calls
+import hlo2onnx
+from hlo2onnx import compat, host_calls
 from hlo2onnx.provenance import SOURCE_LOC
 from mnjit import runtime
 
@@ -34,6 +35,7 @@ _DISPATCHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_int64, cty
 # ONNX element types -> numpy (complex arrives as float pairs: a node's `complex_*` attributes say where).
 _NUMPY = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
           9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64, 16: jax.numpy.bfloat16}
+_TOKEN = np.ones((), np.bool_)
 _COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}
 
 
@@ -50,6 +52,26 @@ _table_lock = threading.Lock()
 _ids = itertools.count(1)
 _pending = threading.local()
 _lib: ctypes.CDLL | None = None
+
+
+def translate(lowered: jax.stages.Lowered, target: hlo2onnx.Target, opset: int,
+              name: str) -> tuple[hlo2onnx.ConversionReport, Registration | None]:
+    """Translates a lowering whose callbacks mnjit will run; the registration keeps them callable."""
+    functions = compat.host_callbacks(lowered)
+    ids = reserve(len(functions)) if functions else None
+    conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=target, opset=opset, name=name,
+                                           host_callbacks=ids)
+    return conversion, Registration(conversion.model, functions, ids) if functions else None
+
+
+def refuse_saving(registration: Registration | None, model: ir.Model) -> None:
+    """save() of a model holding callbacks: no runtime but mnjit's can call them."""
+    if registration is not None:
+        raise hlo2onnx.Hlo2OnnxError(
+            f"this function calls Python on the host ({describe(model)}): its ONNX model runs only under mnjit, "
+            "which calls the functions; other runtimes cannot load it, so it is not saved. Move the callbacks "
+            "(jax.debug.print, pure_callback, io_callback, equinox checks such as eqx.error_if) out of the "
+            "function to export it")
 
 
 def reserve(count: int) -> list[int]:
@@ -100,10 +122,10 @@ def install(lib: ctypes.CDLL) -> None:
     """Hands the C extension its dispatcher (once, when mnjit/ffi.py loads it)."""
     global _lib
     c = ctypes
-    lib.mnjit_cb_arity.argtypes = [c.c_void_p, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
-    lib.mnjit_cb_input.argtypes = [c.c_void_p, c.c_size_t, c.POINTER(c.c_void_p), c.POINTER(c.c_int32),
-                                   c.POINTER(c.c_size_t), c.POINTER(c.c_int64)]
-    lib.mnjit_cb_output.argtypes = [c.c_void_p, c.c_size_t, c.POINTER(c.c_int64), c.c_size_t, c.POINTER(c.c_int)]
+    # Out-parameters go as byref objects (_Scratch): c_void_p argtypes take them without a conversion.
+    lib.mnjit_cb_arity.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p]
+    lib.mnjit_cb_input.argtypes = [c.c_void_p, c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p]
+    lib.mnjit_cb_output.argtypes = [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t, c.c_void_p]
     lib.mnjit_cb_output.restype = c.c_void_p
     lib.mnjit_cb_set_dispatcher.argtypes = [_DISPATCHER]
     _lib = lib
@@ -117,15 +139,16 @@ def _dispatch(callback: int, after: int, context: int, error: int, error_size: i
         entry = _table.get(callback)
         if entry is None:
             raise RuntimeError(f"mnjit: host callback {callback} was released")
-        n_in, n_out = ctypes.c_size_t(), ctypes.c_size_t()
-        _lib.mnjit_cb_arity(context, ctypes.byref(n_in), ctypes.byref(n_out))
+        scratch = _scratch()
+        _lib.mnjit_cb_arity(context, scratch.n_in_ref, scratch.n_out_ref)
+        n_in, n_out = scratch.n_in.value, scratch.n_out.value
         # An ordered callback's function takes the token first and returns it first (a bool scalar here).
-        args = [_read_input(context, i, i in entry.complex_in) for i in range(n_in.value - after)]
+        args = [_read_input(context, i, i in entry.complex_in) for i in range(n_in - after)]
         results = list(entry.function(*args))
         if entry.effects:
-            results.append(np.bool_(True))
-        if len(results) != n_out.value:
-            raise RuntimeError(f"mnjit: host callback returned {len(results)} values for {n_out.value} outputs")
+            results.append(_TOKEN)
+        if len(results) != n_out:
+            raise RuntimeError(f"mnjit: host callback returned {len(results)} values for {n_out} outputs")
         for i, result in enumerate(results):
             _write_output(context, i, np.asarray(result), i in entry.complex_out)
         return 0
@@ -140,15 +163,13 @@ _dispatch_pointer = _DISPATCHER(_dispatch)  # kept alive for as long as C may ca
 
 
 def _read_input(context: int, index: int, is_complex: bool) -> np.ndarray:
-    data, onnx_type, rank = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_size_t()
-    dims = (ctypes.c_int64 * _MAX_RANK)()
-    if _lib.mnjit_cb_input(context, index, ctypes.byref(data), ctypes.byref(onnx_type), ctypes.byref(rank),
-                           dims) != 0:
+    scratch = _scratch()
+    if _lib.mnjit_cb_input(context, index, scratch.data_ref, scratch.type_ref, scratch.rank_ref, scratch.dims) != 0:
         raise RuntimeError(f"mnjit: cannot read host callback input {index}")
-    dtype = np.dtype(_NUMPY[onnx_type.value])
-    array = np.empty(tuple(dims[:rank.value]), dtype)
+    dtype = np.dtype(_NUMPY[scratch.onnx_type.value])
+    array = np.empty(tuple(scratch.dims[:scratch.rank.value]), dtype)
     if array.nbytes:
-        ctypes.memmove(array.ctypes.data, data.value, array.nbytes)
+        ctypes.memmove(_address(array), scratch.data.value, array.nbytes)
     return runtime.pairs_as_complex(array, _COMPLEX[dtype]) if is_complex else array
 
 
@@ -156,13 +177,37 @@ def _write_output(context: int, index: int, result: np.ndarray, is_complex: bool
     if is_complex:
         result = runtime.complex_as_pairs(result)
     result = np.ascontiguousarray(result)
-    dims = (ctypes.c_int64 * max(result.ndim, 1))(*result.shape)
-    ok = ctypes.c_int()
-    data = _lib.mnjit_cb_output(context, index, dims, result.ndim, ctypes.byref(ok))
-    if not ok.value:
+    scratch = _scratch()
+    scratch.dims[:result.ndim] = result.shape
+    data = _lib.mnjit_cb_output(context, index, scratch.dims, result.ndim, scratch.ok_ref)
+    if not scratch.ok.value:
         raise RuntimeError(f"mnjit: cannot allocate host callback output {index} of shape {result.shape}")
-    if result.nbytes and prod(result.shape):
-        ctypes.memmove(data, result.ctypes.data, result.nbytes)
+    if result.nbytes:
+        ctypes.memmove(data, _address(result), result.nbytes)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]  # a third of `array.ctypes.data`'s cost
+
+
+class _Scratch(threading.local):
+    """Per-thread ctypes out-parameters, made once (a callback in a loop runs once per iteration)."""
+
+    def __init__(self) -> None:
+        self.data, self.onnx_type, self.rank, self.ok = ctypes.c_void_p(), ctypes.c_int32(), ctypes.c_size_t(), \
+            ctypes.c_int()
+        self.n_in, self.n_out = ctypes.c_size_t(), ctypes.c_size_t()
+        self.dims = (ctypes.c_int64 * _MAX_RANK)()
+        self.data_ref, self.type_ref, self.rank_ref, self.ok_ref = map(
+            ctypes.byref, (self.data, self.onnx_type, self.rank, self.ok))
+        self.n_in_ref, self.n_out_ref = ctypes.byref(self.n_in), ctypes.byref(self.n_out)
+
+
+_scratch_local = _Scratch()
+
+
+def _scratch() -> _Scratch:
+    return _scratch_local
 
 
 def take_pending() -> BaseException | None:

@@ -318,6 +318,17 @@ class NoOutputRunner:
         return []
 
 
+class DroppedOutputs:
+    """Runs a model whose outputs the function does not return (an order token), and returns nothing."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+
+    def run(self, leaves: Sequence) -> list[jax.Array]:
+        self.runner.run(leaves)
+        return []
+
+
 def complex_as_pairs(array: np.ndarray) -> np.ndarray:
     """A zero-copy float view of a complex array with a trailing (real, imag) axis.
 

@@ -158,6 +158,17 @@ def test_debug_print_and_callback_print_what_jax_jit_prints(capfd):
     assert expected.count("step") == 3
 
 
+def test_a_function_that_only_prints_prints(capfd):
+    def fun(x):
+        jax.debug.print("only {x}", x=x)
+    x = np.arange(2, dtype=np.float32)
+    jax.jit(fun)(x)
+    jax.effects_barrier()
+    expected = capfd.readouterr().out
+    assert mnjit(fun)(x) is None
+    assert capfd.readouterr().out == expected == "only [0. 1.]\n"
+
+
 def test_side_effect_callback_with_unused_result_runs():
     seen = []
 
