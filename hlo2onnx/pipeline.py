@@ -19,6 +19,7 @@ from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
 from hlo2onnx.patterns import optimize_report
+from hlo2onnx.patterns.cleanup import unshadow_names
 from hlo2onnx.report import ConversionReport
 from hlo2onnx.targets import ORT_CPU, Target
 from hlo2onnx.translator import Translator
@@ -79,6 +80,7 @@ def _run(module, target, opset, name, fuse, progress, timings, adjust, host_call
     if fuse:
         with timed(timings, "optimize"):
             optimized = optimize_report(model, target)
+    unshadow_names(model.graph)
     violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
 

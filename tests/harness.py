@@ -73,6 +73,24 @@ def assert_same(actual, expected, tol=None, what: str = "output") -> None:
 def check_model(model: onnx.ModelProto) -> None:
     onnx.checker.check_model(model, full_check=True)
     onnx.shape_inference.infer_shapes(model, strict_mode=True, check_type=True)
+    assert_single_assignment(model.graph)
+
+
+def assert_single_assignment(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> None:
+    """Every value name is defined once in the whole model, Loop/If/Scan bodies included: a body may not define
+    a name its outer scopes define (ORT refuses that as INVALID_GRAPH; onnx.checker lets it pass)."""
+    defined = set(outer)
+    for name in [v.name for v in graph.input] + [t.name for t in graph.initializer]:
+        assert name not in defined, f"{graph.name}: {name!r} is defined twice"
+        defined.add(name)
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in [attr.g] * attr.HasField("g") + list(attr.graphs):
+                assert_single_assignment(body, frozenset(defined))
+        for name in node.output:
+            if name:
+                assert name not in defined, f"{graph.name}: {name!r} is defined twice (node {node.name})"
+                defined.add(name)
 
 
 def run_case(case: Case, target: str = "ort-cpu") -> None:

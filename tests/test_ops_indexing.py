@@ -235,7 +235,20 @@ FIRE = [
          (_nbr,), x64=True),
 ]
 
-CASES = GATHER + SCATTER + DYNAMIC + RAW + FIRE
+# jax2onnx's own histogram cases: integer edges put searchsorted's binary search (a Loop) next to main-graph
+# values, and a rewrite inside the bodies once named a value as the main graph had (ORT: not single assignment).
+_xs, _xe, _ye = np.asarray([0, 1, 2, 3], I32), np.asarray([0, 2, 4], I32), np.asarray([0, 1, 4], I32)
+HISTOGRAMS = [
+    Case("histogram2d_integer_edges", lambda x, y, xe, ye: jnp.histogram2d(x, y, bins=(xe, ye)), (_xs, _xs, _xe, _ye)),
+    Case("histogram2d_integer_edges_x64", lambda x, y, xe, ye: jnp.histogram2d(x, y, bins=(xe, ye)),
+         (_xs, _xs, _xe, _ye), x64=True),
+    Case("histogramdd_integer_edges", lambda s, xe, ye: jnp.histogramdd(s, bins=(xe, ye)),
+         (np.stack([_xs, _xs], 1), _xe, _ye)),
+    Case("histogram2d_float_out_of_range", lambda x, y: jnp.histogram2d(x, y, bins=3, range=[[0, 1], [0, 2]]),
+         (rand((9,)), rand((9,), seed=1))),
+]
+
+CASES = GATHER + SCATTER + DYNAMIC + RAW + FIRE + HISTOGRAMS
 
 
 @pytest.mark.parametrize("case", CASES, ids=repr)
