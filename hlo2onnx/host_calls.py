@@ -37,11 +37,6 @@ def pinned(node: ir.Node) -> bool:
     return any(pinned(inner) for graph in _subgraphs(node) for inner in graph.all_nodes())
 
 
-def holds_host_call(node: ir.Node) -> bool:
-    """Whether `node` is a callback or a Loop/If holding one (such nodes stay where the program put them)."""
-    return is_host_call(node) or any(is_host_call(inner) for graph in _subgraphs(node) for inner in graph.all_nodes())
-
-
 def order_effects(graph: ir.Graph, previous: ir.Value | None = None) -> ir.Value | None:
     """Makes the callbacks with side effects run in program order (the order the translator emitted them).
 

@@ -17,7 +17,6 @@ import itertools
 import threading
 import traceback
 import weakref
-from math import prod
 from typing import Callable, Sequence
 
 import jax
@@ -61,7 +60,8 @@ def translate(lowered: jax.stages.Lowered, target: hlo2onnx.Target, opset: int,
     ids = reserve(len(functions)) if functions else None
     conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=target, opset=opset, name=name,
                                            host_callbacks=ids)
-    return conversion, Registration(conversion.model, functions, ids) if functions else None
+    needed = functions and host_calls.host_calls(conversion.model)  # pure callbacks nobody reads are gone
+    return conversion, Registration(conversion.model, functions, ids) if needed else None
 
 
 def refuse_saving(registration: Registration | None, model: ir.Model) -> None:
@@ -139,7 +139,7 @@ def _dispatch(callback: int, after: int, context: int, error: int, error_size: i
         entry = _table.get(callback)
         if entry is None:
             raise RuntimeError(f"mnjit: host callback {callback} was released")
-        scratch = _scratch()
+        scratch = _scratch_local
         _lib.mnjit_cb_arity(context, scratch.n_in_ref, scratch.n_out_ref)
         n_in, n_out = scratch.n_in.value, scratch.n_out.value
         # An ordered callback's function takes the token first and returns it first (a bool scalar here).
@@ -163,7 +163,7 @@ _dispatch_pointer = _DISPATCHER(_dispatch)  # kept alive for as long as C may ca
 
 
 def _read_input(context: int, index: int, is_complex: bool) -> np.ndarray:
-    scratch = _scratch()
+    scratch = _scratch_local
     if _lib.mnjit_cb_input(context, index, scratch.data_ref, scratch.type_ref, scratch.rank_ref, scratch.dims) != 0:
         raise RuntimeError(f"mnjit: cannot read host callback input {index}")
     dtype = np.dtype(_NUMPY[scratch.onnx_type.value])
@@ -177,7 +177,7 @@ def _write_output(context: int, index: int, result: np.ndarray, is_complex: bool
     if is_complex:
         result = runtime.complex_as_pairs(result)
     result = np.ascontiguousarray(result)
-    scratch = _scratch()
+    scratch = _scratch_local
     scratch.dims[:result.ndim] = result.shape
     data = _lib.mnjit_cb_output(context, index, scratch.dims, result.ndim, scratch.ok_ref)
     if not scratch.ok.value:
@@ -203,11 +203,7 @@ class _Scratch(threading.local):
         self.n_in_ref, self.n_out_ref = ctypes.byref(self.n_in), ctypes.byref(self.n_out)
 
 
-_scratch_local = _Scratch()
-
-
-def _scratch() -> _Scratch:
-    return _scratch_local
+_scratch_local = _Scratch()  # one per thread (threading.local)
 
 
 def take_pending() -> BaseException | None:
