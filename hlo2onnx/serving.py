@@ -119,7 +119,8 @@ def _as_model(source: Source) -> ir.Model:
         return ir.serde.deserialize_model(source)
     if isinstance(source, (str, os.PathLike)):
         try:
-            return ir.load(source)
+            # Weights in memory: written as they are, they would still point at the data file beside `source`.
+            return ir.external_data.load_to_model(ir.load(source))
         except (OSError, DecodeError) as e:
             raise Hlo2OnnxError(f"cannot read the ONNX model {os.fspath(source)}: {e}") from None
     model = getattr(source, "model", None)  # a Conversion, or mnjit's lowered function (hlo2onnx cannot import it)

@@ -4,6 +4,8 @@ several batch sizes."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,7 @@ from harness import TOLERANCE, rand
 from mnjit import mnjit
 from test_cli import run_cli
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(0)
 PARAMS = {"w1": RNG.normal(size=(16, 32)), "b1": RNG.normal(size=32), "gain": RNG.normal(size=32),
           "w2": RNG.normal(size=(32, 10)), "b2": RNG.normal(size=10)}
@@ -148,6 +151,18 @@ def test_names_with_quotes_round_trip(tmp_path):
     assert os.path.basename(model_dir) == "f"
 
 
+def test_from_an_onnx_file_with_external_data(tmp_path):
+    """An .onnx file already written (its weights beside it) goes into the repository as it is."""
+    conversion = hlo2onnx.convert(exported(False), dynamic=True)
+    conversion.save(tmp_path / "saved.onnx", "saved.data")
+    model_dir = hlo2onnx.write_triton_repo(tmp_path / "saved.onnx", tmp_path / "models")
+    assert walk(model_dir) == ["1", "1/model.onnx", "config.pbtxt"]  # small weights: back in one file
+    assert parse_config(model_dir).name == "classifier"
+    assert_matches_jit(model_dir, 7, False)
+    with pytest.raises(Hlo2OnnxError, match="cannot read the ONNX model"):
+        hlo2onnx.write_triton_repo(tmp_path / "missing.onnx", tmp_path / "models")
+
+
 def test_default_name_of_a_lambda_is_a_folder_name(tmp_path):
     b, = export.symbolic_shape("b")
     exp = export.export(jax.jit(lambda x: x * 2))(jax.ShapeDtypeStruct((b, 3), np.float32))
@@ -248,3 +263,17 @@ def test_command_refuses_a_fixed_batch_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "m.onnx").exists() and not (tmp_path / "models").exists()
     status, out, err = run_cli([source, "--max-batch-size", "4"], capsys)
     assert status == 1 and "--max-batch-size is for --triton-repo" in err
+
+
+def test_command_crash_leaves_the_repository_as_it_was(tmp_path):
+    """A parser crash in the command's child (hlo2onnx.cli): the repository keeps its model, nothing is added."""
+    repo = tmp_path / "models"
+    hlo2onnx.write_triton_repo(hlo2onnx.convert(exported(False), dynamic=True), repo, name="m")
+    before = {path: (repo / path).read_bytes() for path in walk(repo) if (repo / path).is_file()}
+    source = tmp_path / "m.hlo"  # jaxlib's HLO parser aborts on it (tests/test_cli_promises.py)
+    source.write_text("HloModule m\n\nENTRY main {\n  p = f32[2]{0} parameter(5)\n  ROOT r = f32[2]{0} add(p, p)\n}\n")
+    done = subprocess.run([sys.executable, "-m", "hlo2onnx", str(source), "--triton-repo", str(repo), "--name", "m"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "the parser crashed" in done.stderr, done.stderr
+    assert {path: (repo / path).read_bytes() for path in walk(repo) if (repo / path).is_file()} == before
+    assert sorted(os.listdir(repo)) == ["m"]
