@@ -2,6 +2,7 @@
 
     model = hlo2onnx.translate(lowered.compiler_ir("stablehlo"))
     conversion = hlo2onnx.convert("model.mlir", "model.onnx")  # files, no Python source
+    hlo2onnx.write_triton_repo(conversion, "models")            # a Triton/KServe model repository
 
 Importing the package is cheap: jax and the rules load on first use of a name
 below. The `hlo2onnx` command relies on that to answer Ctrl-C at start-up with
@@ -21,6 +22,7 @@ _EXPORTS = {
     "TargetError": "hlo2onnx.targets", "TARGETS": "hlo2onnx.targets", "Target": "hlo2onnx.targets",
     "make_context": "hlo2onnx.mlir_io", "parse_module": "hlo2onnx.mlir_io",
     "ConversionReport": "hlo2onnx.report",
+    "write_triton_repo": "hlo2onnx.serving",
 }
 __all__ = list(_EXPORTS)
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:  # the names above, for type checkers and IDEs
     from hlo2onnx.mlir_io import make_context, parse_module
     from hlo2onnx.pipeline import DEFAULT_OPSET, translate, translate_report
     from hlo2onnx.report import ConversionReport
+    from hlo2onnx.serving import write_triton_repo
     from hlo2onnx.targets import Target
     from hlo2onnx.targets import TARGETS, TargetError
 

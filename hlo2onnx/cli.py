@@ -15,6 +15,7 @@ Exit status: 0 done, 1 error, 2 bad usage, 3 --check found a mismatch,
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,23 +130,33 @@ def _signal_name(number: int) -> str:
 
 
 def _remove_temporaries(status: dict[str, str], pid: int) -> None:
-    """The child's half-written files: temporaries carry its process id (hlo2onnx.files)."""
-    source, output = status.get("input", ""), status.get("output", "")
+    """The child's half-written files: temporaries carry its process id (hlo2onnx.files), and so do the
+    half-built model folders of --triton-repo (hlo2onnx.serving)."""
+    source, output, repo = status.get("input", ""), status.get("output", ""), status.get("repo", "")
+    if repo:
+        _remove_prefixed(repo, pid)
     if not output:
-        if not source or source == "-":
+        if repo or not source or source == "-":
             return
         output = os.path.splitext(source)[0] + ".onnx"
     if output == "-":
         return
-    folder = os.path.dirname(os.path.abspath(output))
+    _remove_prefixed(os.path.dirname(os.path.abspath(output)), pid)
+
+
+def _remove_prefixed(folder: str, pid: int) -> None:
     prefix = f"{TEMP_PREFIX}{pid}-"
     try:
         names = [name for name in os.listdir(folder) if name.startswith(prefix)]
     except OSError:
         return
     for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            continue
         try:
-            os.unlink(os.path.join(folder, name))
+            os.unlink(path)
         except OSError:
             pass
 

@@ -41,8 +41,19 @@ def _opset(text: str) -> int:
     return value
 
 
+def _batch_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from hlo2onnx.pipeline import DEFAULT_OPSET
+    from hlo2onnx.serving import DEFAULT_MAX_BATCH_SIZE
     from hlo2onnx.targets import TARGETS
 
     parser = _Parser(prog="hlo2onnx", description="Convert StableHLO (text or bytecode), a jax.export "
@@ -62,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", help="the ONNX graph's name (default: the module's)")
     parser.add_argument("--dynamic", action="store_true",
                         help="keep symbolic dims (jax.export shape polymorphism) as ONNX dim_params")
+    parser.add_argument("--triton-repo", metavar="DIR", help="write a Triton model repository: DIR/<name>/config.pbtxt "
+                        "and DIR/<name>/1/model.onnx, <name> being --name or the module's (KServe's ONNX runtime "
+                        "serves it too; docs/deploy.md). The .onnx file is then written only with -o")
+    parser.add_argument("--max-batch-size", metavar="N", type=_batch_size, help="for --triton-repo: the largest "
+                        f"batch Triton forms along axis 0, which must be symbolic (--dynamic; default "
+                        f"{DEFAULT_MAX_BATCH_SIZE}); 0: no batching, full shapes")
     parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
                         "JAX on the same inputs and print the largest difference")
     parser.add_argument("--inputs", metavar="NPZ", help="inputs for --check (implies it): arrays named like the "
@@ -88,6 +105,8 @@ def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None]
         if announce is not None:
             announce("input", args.input)
             announce("output", args.output or "")
+            if args.triton_repo:
+                announce("repo", args.triton_repo)
         code = _run(args, announce or (lambda key, value: None))
         sys.stdout.flush()  # a closed stdout shows here, where it is handled, not at interpreter exit
         return code
@@ -134,7 +153,13 @@ def _fail(message: str) -> None:
 def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
     from hlo2onnx.conversion import convert
 
-    output = _output_path(args.input, args.output)
+    repo = args.triton_repo
+    if args.max_batch_size is not None and not repo:
+        raise Hlo2OnnxError("--max-batch-size is for --triton-repo")
+    if repo and args.external_data and not args.output:
+        raise Hlo2OnnxError("--external-data names the weights file of -o FILE; the Triton repository lays out "
+                            "its files itself")
+    output = _output_path(args.input, args.output) if args.output or not repo else None
     if output == "-" and args.external_data:
         raise Hlo2OnnxError("--external-data needs an output file (-o FILE), not stdout")
     inputs = _read_inputs(args.inputs) if args.inputs else None
@@ -150,15 +175,23 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
         conversion.timings["check"] = time.perf_counter() - start
     announce("stage", "write")
     start = time.perf_counter()
+    written = []
+    if repo:  # first: it refuses models Triton cannot batch before any file is written
+        from hlo2onnx.serving import DEFAULT_MAX_BATCH_SIZE, write_triton_repo
+
+        batch = DEFAULT_MAX_BATCH_SIZE if args.max_batch_size is None else args.max_batch_size
+        written.append(write_triton_repo(conversion, repo, max_batch_size=batch))
     if output == "-":
         _write_stdout(conversion)
-    else:
+        written.append("stdout")
+    elif output is not None:
         _save(conversion, output, args.external_data)
+        written.append(output)
     conversion.timings["save"] = time.perf_counter() - start
     # Results go to stdout, unless the model itself does.
     results = sys.stderr if output == "-" else sys.stdout
     if args.verbose:
-        _print_verbose(conversion, output)
+        _print_verbose(conversion, ", ".join(written))
     if args.report:
         print(conversion.report(), file=results)
     if result is None:
@@ -213,12 +246,12 @@ def _output_path(source: str, output: str | None) -> str:
     return root + ".onnx"
 
 
-def _print_verbose(conversion, output: str) -> None:
+def _print_verbose(conversion, written: str) -> None:
     from hlo2onnx.loading import FORMATS
 
     nodes = sum(1 for _ in conversion.model.graph.all_nodes())
     print(f"hlo2onnx: {FORMATS.get(conversion.format, conversion.format)}: {sum(conversion.op_counts.values())} "
-          f"StableHLO ops -> {nodes} ONNX nodes, wrote {'stdout' if output == '-' else output}", file=sys.stderr)
+          f"StableHLO ops -> {nodes} ONNX nodes, wrote {written}", file=sys.stderr)
     for stage, seconds in conversion.timings.items():
         print(f"  {stage:<10} {_ms(seconds)}", file=sys.stderr)
 

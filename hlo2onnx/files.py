@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import os
+import secrets
 import stat
-import tempfile
 
 from typing import TYPE_CHECKING
 
@@ -81,10 +81,29 @@ def _write_through(model: ir.Model, path: str) -> None:
 
 
 def _temporary(folder: str, temporaries: list[str]) -> str:
-    handle, name = tempfile.mkstemp(dir=folder, prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp")
-    os.close(handle)
+    name = make_temporary(folder)
     temporaries.append(name)
     return name
+
+
+def make_temporary(folder: str, directory: bool = False, tag: str = "") -> str:
+    """Creates a file (or folder) in `folder` under a fresh temporary name: TEMP_PREFIX, `tag`, this process's id.
+
+    Hand-made rather than tempfile.mkstemp/mkdtemp, whose fixed modes 0600/0700 the renamed result would keep:
+    here the umask decides, as for any new file, so a model server running as another user can read it.
+    """
+    for _ in range(100):
+        name = os.path.join(folder, f"{TEMP_PREFIX}{tag}{os.getpid()}-{secrets.token_hex(6)}"
+                            + ("" if directory else ".tmp"))
+        try:
+            if directory:
+                os.mkdir(name, 0o777)
+            else:
+                os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return name
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {folder}")
 
 
 def _rename_external(model_path: str, old: str, new: str) -> None:

@@ -1,0 +1,135 @@
+"""Serve an exported ONNX model with Ray Serve, batching requests along axis 0 as Triton does.
+
+    python samples/serve_ray.py models/classifier/1/model.onnx --port 8000
+
+The model is one that hlo2onnx or mnjit exported with a symbolic batch (docs/deploy.md); a Triton
+repository's `1/model.onnx` folder (a model with external data) works too. Requests and answers use the
+Open Inference Protocol's JSON, as Triton and KServe speak it:
+
+    curl -s 127.0.0.1:8000/v2/models/classifier/infer -d '{"inputs": [{"name": "x", "shape": [1, 16],
+         "datatype": "FP32", "data": [...]}]}'
+
+`@serve.batch` gathers concurrent requests into one ONNX Runtime run of at most --max-batch-size rows, made
+with mnjit's session settings (mnjit.runtime.session_options). Ray runs on this machine only (127.0.0.1, no
+dashboard, --num-cpus CPUs); Ctrl-C or SIGTERM shuts it down. Needs `pip install mnjit[ray]`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import ray
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+# Open Inference Protocol datatype <-> numpy (the protocol's tensor types; BYTES is left out).
+DATATYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+             "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+             "FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
+DATATYPE_OF = {np.dtype(t): name for name, t in DATATYPES.items()}
+
+
+def model_file(path: str) -> str:
+    """The .onnx file: `path` itself, or the model.onnx inside Triton's folder layout for external data."""
+    return os.path.join(path, "model.onnx") if os.path.isdir(path) else path
+
+
+class BadRequest(ValueError):
+    pass
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1})
+class OnnxModel:
+    def __init__(self, path: str, name: str, max_batch_size: int, batch_wait_timeout_s: float):
+        # Imported here, in the replica: the driver has no use for jax, which must not be loaded when Ray forks.
+        from mnjit.runtime import session_options
+
+        self.name = name
+        self.max_batch_size = max_batch_size
+        self.session = ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
+        graph = onnx.load(path, load_external_data=False).graph
+        self.inputs = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+                       for i in graph.input}
+        self.outputs = [o.name for o in graph.output]
+        self.infer.set_max_batch_size(max_batch_size)
+        self.infer.set_batch_wait_timeout_s(batch_wait_timeout_s)
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        if request.url.path.rstrip("/") != f"/v2/models/{self.name}/infer":  # the route's prefix is checked by Serve
+            return JSONResponse({"error": f"POST /v2/models/{self.name}/infer"}, status_code=404)
+        try:
+            feeds = self.parse(await request.json())
+        except (BadRequest, ValueError, TypeError, KeyError) as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        outputs = await self.infer(feeds)
+        return JSONResponse({"model_name": self.name, "outputs": [
+            {"name": name, "shape": list(value.shape), "datatype": DATATYPE_OF[value.dtype],
+             "data": value.ravel().tolist()} for name, value in zip(self.outputs, outputs)]})
+
+    def parse(self, body: dict) -> dict[str, np.ndarray]:
+        """The request's tensors, checked against the model's inputs: each must have 1 to max_batch_size rows,
+        the same number for every input."""
+        feeds = {}
+        for tensor in body["inputs"]:
+            name = tensor["name"]
+            if name not in self.inputs:
+                raise BadRequest(f"unknown input {name!r}; the model takes {sorted(self.inputs)}")
+            if DATATYPES.get(tensor["datatype"]) != self.inputs[name]:
+                raise BadRequest(f"input {name!r} must be {DATATYPE_OF[np.dtype(self.inputs[name])]}")
+            feeds[name] = np.asarray(tensor["data"], dtype=self.inputs[name]).reshape(tensor["shape"])
+        if set(feeds) != set(self.inputs):
+            raise BadRequest(f"missing inputs {sorted(set(self.inputs) - set(feeds))}")
+        rows = {len(a) if a.ndim else 0 for a in feeds.values()}
+        if len(rows) != 1 or not 1 <= min(rows) <= self.max_batch_size:
+            raise BadRequest(f"every input needs the same batch of 1 to {self.max_batch_size} rows on axis 0")
+        return feeds
+
+    # Batches count rows, not requests (batch_size_fn, Ray >= 2.53): one run never passes max_batch_size rows.
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005,
+                 batch_size_fn=lambda requests: sum(len(next(iter(feeds.values()))) for feeds in requests))
+    async def infer(self, requests: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+        joined = {name: np.concatenate([feeds[name] for feeds in requests]) for name in self.inputs}
+        outputs = self.session.run(self.outputs, joined)
+        cuts = np.cumsum([len(next(iter(feeds.values()))) for feeds in requests])[:-1]
+        return [list(parts) for parts in zip(*(np.split(value, cuts) for value in outputs))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="the .onnx file (or Triton's model.onnx/ folder)")
+    parser.add_argument("--name", help="the model's name in request URLs (default: the file's graph name)")
+    parser.add_argument("--port", type=int, default=8000, help="the HTTP port on 127.0.0.1 (default 8000)")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="rows per ONNX Runtime run (default 32)")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0,
+                        help="how long a request waits for others to join its batch (default 5 ms)")
+    parser.add_argument("--num-cpus", type=int, default=2, help="CPUs Ray may use (default 2)")
+    args = parser.parse_args(argv)
+    path = model_file(args.model)
+    name = args.name or onnx.load(path, load_external_data=False).graph.name or "model"
+
+    ray.init(num_cpus=args.num_cpus, include_dashboard=False, object_store_memory=100 * 2**20,
+             log_to_driver=False, configure_logging=False)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": args.port})
+        app = OnnxModel.bind(os.path.abspath(path), name, args.max_batch_size, args.batch_wait_ms / 1000)
+        serve.run(app, name=name, route_prefix=f"/v2/models/{name}")
+        print(f"serving {name} at http://127.0.0.1:{args.port}/v2/models/{name}/infer", flush=True)
+        stop.wait()
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""samples/serve_ray.py: Ray Serve on 127.0.0.1 answers concurrent requests of 1 to 32 rows as jax.jit does."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import jax
+import numpy as np
+import pytest
+
+import hlo2onnx
+from harness import TOLERANCE
+from test_serving import classifier, exported, inputs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "samples", "serve_ray.py")
+# Ray starts a whole local cluster: one at a time on this machine, whichever pytest (or xdist worker) asks.
+LOCK = os.path.join(tempfile.gettempdir(), "mnjit-test-ray-serve.lock")
+BATCHES = [1, 2, 3, 5, 7, 8, 13, 16, 21, 32] * 2
+START_SECONDS, STOP_SECONDS = 90, 60
+
+pytestmark = pytest.mark.xdist_group("ray")
+
+
+@contextlib.contextmanager
+def one_ray_cluster_at_a_time():
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_line(process: subprocess.Popen, prefix: str, seconds: float, log) -> str:
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if selector.select(timeout=1):
+            line = process.stdout.readline()
+            if line.startswith(prefix):
+                return line
+            if not line:  # the sample ended
+                break
+    pytest.fail(f"the sample did not start (exit status {process.poll()}):\n{log.read_text()[-4000:]}")
+
+
+def infer(url: str, x: np.ndarray, label: np.ndarray) -> dict[str, np.ndarray]:
+    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()},
+                       {"name": "label", "shape": list(label.shape), "datatype": "INT32", "data": label.tolist()}]}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer = json.load(response)
+    return {o["name"]: np.asarray(o["data"], dtype=np.float32).reshape(o["shape"]) for o in answer["outputs"]}
+
+
+def test_ray_serve_sample_matches_jit(tmp_path):
+    # The Triton repository's model with external data: the sample takes its model.onnx folder as it is.
+    model_dir = hlo2onnx.write_triton_repo(hlo2onnx.convert(exported(False), dynamic=True), tmp_path,
+                                           external_data=True)
+    log = tmp_path / "sample.log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    with one_ray_cluster_at_a_time(), open(log, "w") as err:
+        port = free_port()
+        # Its own session: were the test to end it by force, Ray's processes go with it.
+        process = subprocess.Popen([sys.executable, SAMPLE, os.path.join(model_dir, "1", "model.onnx"),
+                                    "--port", str(port), "--num-cpus", "2"], stdout=subprocess.PIPE,
+                                   stderr=err, text=True, env=env, start_new_session=True)
+        try:
+            line = wait_for_line(process, "serving classifier at ", START_SECONDS, log)
+            url = line.split(" at ", 1)[1].strip()
+            assert url == f"http://127.0.0.1:{port}/v2/models/classifier/infer"
+            requests = [inputs(batch, False) for batch in BATCHES]
+            with ThreadPoolExecutor(max_workers=8) as pool:  # concurrent: the replica batches them
+                answers = list(pool.map(lambda xy: infer(url, *xy), requests))
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=STOP_SECONDS) == 0, log.read_text()[-4000:]
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            process.stdout.close()
+    rtol, atol = TOLERANCE[np.dtype(np.float32)]
+    for (x, label), answer in zip(requests, answers, strict=True):
+        expected = jax.jit(classifier)(x, label)
+        assert list(answer) == ["out0", "out1"]
+        for actual, wanted in zip(answer.values(), expected, strict=True):
+            assert actual.shape == wanted.shape
+            np.testing.assert_allclose(actual, np.asarray(wanted), rtol=rtol * 10, atol=atol * 10)
