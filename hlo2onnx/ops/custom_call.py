@@ -19,9 +19,9 @@ _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
 from hlo2onnx.translator import RuleContext
 # LAPACK routines without a translation -> the JAX functions that emit them on CPU.
 # syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py, geev in linalg_geev.py,
-# real gehrd, sytrd, ormqr and geqp3 in linalg_reduce.py.
+# gehrd, sytrd/hetrd, ormqr/unmqr and geqp3 (real and complex) in linalg_reduce.py.
 _LAPACK_USERS = {
-    "gees": "jax.scipy.linalg.schur", "hetrd": "jax.lax.linalg.tridiagonal",
+    "gees": "jax.scipy.linalg.schur",
 }
 _OUTSIDE = "run that part with jax.jit outside the converted function and pass its result in"
 
@@ -34,7 +34,7 @@ def hint(target: str) -> str:
     kind, routine, _ = match.groups()
     if kind in "cz":
         return ("this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd, "
-                f"gesdd and geev are); {_OUTSIDE}")
+                f"gesdd, geev, gehrd, hetrd, unmqr and geqp3 are); {_OUTSIDE}")
     users = _LAPACK_USERS.get(routine)
     return f"it implements {users}; {_OUTSIDE}" if users else _OUTSIDE
 
