@@ -8,7 +8,7 @@ triangular. Real ones follow LAPACK's dgees (gehd2 + orghr, then dlahqr, the sma
    dlahqr's shifts (the trailing 2 x 2's eigenvalues, exceptional ones after 10 and 20 steps without a
    deflation), its search for a lower starting row, its 3-element reflectors chasing the bulge down the block,
    and its deflation test (Ahues and Tisseur's). The Loop stops when only 1 x 1 and 2 x 2 blocks are left, or
-   after 30 max(10, n) steps with info > 0 (JAX then reports NaN).
+   after 30 max(10, n) steps in all with info > 0 (JAX then reports NaN).
 3. Every 2 x 2 block goes to LAPACK's standard form (dlanv2): equal diagonal entries and off-diagonal ones of
    opposite signs for a complex pair, upper triangular for real eigenvalues. The blocks are disjoint, so their
    rotations make one block-diagonal orthogonal G: T = G^T H G, Z = Z G.
@@ -28,7 +28,7 @@ from hlo2onnx.builder import Builder
 from hlo2onnx.ops.linalg_geev import complex_schur, safe_scale
 from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, empty_results, eye, iota, join, larfg, loop,
                                       loop_step, loop_until, nonfinite_info, planes, set_column, sum_squares,
-                                      transposed)
+                                      transposed, unflat)
 from hlo2onnx.ops.linalg_reduce import hessenberg_reduce
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
@@ -60,7 +60,7 @@ def gees(ctx: RuleContext, a, *, mode: int = ord("V"), sort: int = ord("N")):
     if len(x) == 1:
         t, z, failed = real_schur(b, x[0], batch, n, dtype)
         t = [b.op("Mul", t[0], scale)]
-        values = [unflat_vector(b, v, ty) for v, ty in zip(real_eigenvalues(b, t[0], n, dtype), value_types)]
+        values = [unflat(b, v, ty) for v, ty in zip(real_eigenvalues(b, t[0], n, dtype), value_types)]
     else:
         t, z, failed = complex_schur(b, x, b.op("Sqrt", sum_squares(b, x, [1, 2])), batch, n, dtype)
         upper = b.op("LessOrEqual", iota(b, n, (n, 1)), iota(b, n, (1, n)))
@@ -69,10 +69,6 @@ def gees(ctx: RuleContext, a, *, mode: int = ord("V"), sort: int = ord("N")):
     info = b.op("Max", info, reshape_to(b, failed, list(t_info.shape)))
     z = join(b, z, t_z) if mode == ord("V") else b.splat(0, t_z.storage.dtype, t_z.storage.shape)
     return join(b, t, t_t), z, *values, b.splat(0, t_sdim.dtype, t_sdim.shape), info
-
-
-def unflat_vector(b: Builder, x: ir.Value, ttype: TensorType) -> ir.Value:
-    return b.cast(reshape_to(b, x, list(ttype.shape)), ttype.dtype)
 
 
 def real_schur(b: Builder, x: ir.Value, batch: int, n: int, dtype: np.dtype
@@ -102,8 +98,10 @@ def real_schur(b: Builder, x: ir.Value, batch: int, n: int, dtype: np.dtype
 
         go_on = _any(b, _lowest(b, _big(b, h, n, dtype), n))
         zeros = b.splat(0, np.int64, (batch, 1))
+        # dlahqr allows 30 max(10, n) steps per deflated block; this is the limit for all of them together,
+        # several times the steps a matrix that converges needs.
         h, z, _, _ = loop_until(b, "gees_qr", 30 * max(10, n), go_on, [h, z, zeros, zeros],
-                                [full, full, index, index], body)  # LAPACK's limit
+                                [full, full, index, index], body)
         last = _lowest(b, _big(b, h, n, dtype), n)
         failed = b.cast(reshape_to(b, b.op("Where", b.op("Greater", last, b.const(np.int64(0))),
                                            b.op("Add", last, b.const(np.int64(1))), last), [batch]), np.int32)
@@ -277,12 +275,13 @@ def _sweep(b: Builder, h: ir.Value, z: ir.Value, last: ir.Value, first: ir.Value
         first_step = sb.op("Equal", m, k)
         previous = loop_step(sb, sb.op("Max", sb.op("Sub", k, sb.const(np.int64(1))), sb.const(np.int64(0))))
         column = sb.op("Gather", h, previous, axis=2)
-        bulge = sb.op("And", sb.op("GreaterOrEqual", row, k),
-                      sb.op("And", sb.op("LessOrEqual", row, sb.op("Add", k, sb.const(np.int64(2)))), sb.op("LessOrEqual", row, last)))
-        x = sb.op("Where", bulge, column, zero)
-        for offset, v in enumerate(start):
-            x = sb.op("Where", first_step, sb.op("Where", sb.op("Equal", row, sb.op("Add", m, sb.const(np.int64(offset)))), v, x), x)
-        x = sb.op("Where", first_step, sb.op("Where", sb.op("Greater", row, sb.op("Add", m, sb.const(np.int64(2)))), zero, x), x)
+        # the first step's column is dlahqr's v on rows m..m + 2, the others the bulge (rows k..k + 2 of the block)
+        offset, start_column = sb.op("Sub", row, m), zero
+        for i, v in enumerate(start):
+            start_column = sb.op("Where", sb.op("Equal", offset, sb.const(np.int64(i))), v, start_column)
+        bulge = sb.op("And", sb.op("And", sb.op("GreaterOrEqual", row, k), sb.op("LessOrEqual", row, last)),
+                      sb.op("LessOrEqual", sb.op("Sub", row, k), sb.const(np.int64(2))))
+        x = sb.op("Where", first_step, start_column, sb.op("Where", bulge, column, zero))
         (v,), (tau,), (beta,) = larfg(sb, [sb.op("Where", on, x, zero)], row, k, dtype)
         tau_v = sb.op("Mul", tau, transposed(sb, v))
         h = sb.op("Sub", h, sb.op("Mul", v, sb.op("Mul", tau, sb.op("MatMul", transposed(sb, v), h))))
