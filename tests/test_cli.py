@@ -365,6 +365,9 @@ CHECKED = {
     "fft": (jnp.fft.fft, (rand((8,), seed=2),)),
     # every linalg family: the reductions (real and complex) and the Schur form (gees)
     "hessenberg": (lax.linalg.hessenberg, (A3,)),
+    "tridiagonal": (lambda a: lax.linalg.tridiagonal(a + a.T), (A3,)),
+    "ormqr": (lambda a, c: lax.linalg.ormqr(a, a[0] * 0.3, c), (A3, A3)),
+    "qr-pivoting": (lambda a: tuple(jsl.qr(a, pivoting=True)), (A3,)),
     "hessenberg-complex": (lax.linalg.hessenberg, (Z33,)),
     "tridiagonal-complex": (lambda a: lax.linalg.tridiagonal(a + a.conj().T), (Z33,)),
     "ormqr-complex": (lambda a, c: lax.linalg.ormqr(a, a[0] * 0.3, c), (Z33, Z33)),
@@ -377,8 +380,8 @@ CHECKED = {
 }
 
 
-# jax.export refuses to serialize these complex LAPACK calls (no compatibility guarantee): text only.
-TEXT_ONLY = {"ormqr-complex", "qr-pivoting-complex", "schur-complex", "schur-complex-trace"}
+# jax.export refuses to serialize these LAPACK calls (no compatibility guarantee): text only.
+TEXT_ONLY = {"ormqr", "qr-pivoting", "ormqr-complex", "qr-pivoting-complex", "schur-complex", "schur-complex-trace"}
 
 
 @pytest.mark.parametrize("case, fmt", [(case, fmt) for case in CHECKED for fmt in ("stablehlo-text", "jax-export")

@@ -151,7 +151,7 @@ def _lowest(b: Builder, mask: ir.Value, n: int) -> ir.Value:
 
 
 def complex_schur(b: Builder, h: Planes, norm: ir.Value, batch: int, n: int, dtype: np.dtype
-           ) -> tuple[Planes, Planes, ir.Value]:
+                  ) -> tuple[Planes, Planes, ir.Value]:
     """A = Z T Z^H: T upper triangular and Z unitary (B, n, n) planes, and the (B,) int32 index (1-based) of
     the lowest subdiagonal entry left where the steps ran out, else 0."""
     z = [eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))]
