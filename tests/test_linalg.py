@@ -240,24 +240,27 @@ def test_stablehlo_linalg_ops(name):
 
 
 # -- what is refused, and how --------------------------------------------------------------------------------
-# eigh and svd, real and complex, are translated (test_linalg_eig.py), and so are eig (test_linalg_geev.py) and
-# real hessenberg, tridiagonal, ormqr and pivoted QR (test_linalg_reductions.py).
-@pytest.mark.parametrize("fun, target, users", [
-    (lambda a: jsl.schur(a), "lapack_sgees_ffi", "jax.scipy.linalg.schur"),
-], ids=["schur"])
-def test_unsupported_decomposition_names_the_call(fun, target, users):
-    with pytest.raises(UnsupportedOpError, match=f"custom call @{target} has no ONNX translation") as info:
-        mnjit(fun)(S5)
-    message = str(info.value)
-    assert users in message and "jax.jit outside the converted function" in message
-    # jnp.linalg's call sits in a JAX-internal function: the error names the user's line that called it.
-    assert "test_linalg.py:" in message, message
-
-
+# eigh and svd, real and complex, are translated (test_linalg_eig.py), and so are eig (test_linalg_geev.py),
+# hessenberg, tridiagonal, ormqr and pivoted QR (test_linalg_reductions.py) and schur (test_linalg_schur.py).
 def test_complex_lapack_is_refused():
-    a = (A5 + 1j * A5).astype(np.complex64)  # the Schur decomposition (gees) is not translated
-    with pytest.raises(UnsupportedOpError, match="lapack_cgees_ffi.*complex LAPACK routine is not translated"):
-        mnjit(jsl.schur)(a)
+    """The complex tridiagonal solve (cgtsv) is not translated: refused by name, with the user's line."""
+    z = (rand((4,)) + 4j).astype(np.complex64)
+    with pytest.raises(UnsupportedOpError, match="lapack_cgtsv_ffi.*complex LAPACK routine is not translated") as info:
+        mnjit(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b))(z, z * 4, z, z[:, None])
+    assert "jax.jit outside the converted function" in str(info.value)
+    assert "test_linalg.py:" in str(info.value), str(info.value)
+
+
+def test_gees_sorting_is_refused():
+    """jax refuses sort_eig_vals itself; a hand-written gees that asks to sort is refused by name."""
+    text = """func.func @main(%a: tensor<3x3xf32>) -> tensor<3x3xf32> {
+      %0:6 = stablehlo.custom_call @lapack_sgees_ffi(%a) {mhlo.backend_config = {mode = 86 : ui8, sort = 83 : ui8}}
+        : (tensor<3x3xf32>) -> (tensor<3x3xf32>, tensor<3x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<i32>,
+           tensor<i32>)
+      return %0#0 : tensor<3x3xf32>
+    }"""
+    with pytest.raises(UnsupportedOpError, match="stablehlo.custom_call: gees with sorted eigenvalues"):
+        hlo2onnx.convert(text.encode())
 
 
 def test_unknown_custom_call_has_a_hint():

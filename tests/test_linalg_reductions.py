@@ -1,6 +1,6 @@
-"""Householder reductions and products (linalg_reduce.py): hessenberg (gehrd), tridiagonal (sytrd), ormqr and
-pivoted QR (geqp3), real, in both x64 modes, compared with jax.jit: LAPACK's packed reflectors, taus, d/e
-arrays and pivots, not only the factorizations they stand for."""
+"""Householder reductions and products (linalg_reduce.py): hessenberg (gehrd), tridiagonal (sytrd, hetrd), ormqr
+(unmqr) and pivoted QR (geqp3), real and complex, in both x64 modes, compared with jax.jit: LAPACK's packed
+reflectors, taus, d/e arrays and pivots, not only the factorizations they stand for."""
 from __future__ import annotations
 
 import jax.scipy.linalg as jsl
@@ -9,8 +9,6 @@ import pytest
 from jax import lax
 
 from harness import Case, rand, run_case
-from hlo2onnx import UnsupportedOpError
-from mnjit import mnjit
 
 F32_TOL = (1e-4, 1e-5)
 F64_TOL = (1e-10, 1e-12)
@@ -18,9 +16,16 @@ SHAPES = [(5, 5), (1, 1), (2, 2), (2, 3, 4, 4), (0, 3, 3)]
 
 
 def _cases(name, fun, *args):
-    """The f32 case and the f64 (x64) one."""
+    """The f32 case and the f64 (x64) one; for complex arguments c64 and c128."""
+    if any(np.iscomplexobj(a) for a in args):
+        return [Case(f"{name}_c64", fun, [np.asarray(a, np.complex64) for a in args], F32_TOL),
+                Case(f"{name}_c128", fun, [np.asarray(a, np.complex128) for a in args], F64_TOL, x64=True)]
     return [Case(f"{name}_f32", fun, [np.asarray(a, np.float32) for a in args], F32_TOL),
             Case(f"{name}_f64", fun, [np.asarray(a, np.float64) for a in args], F64_TOL, x64=True)]
+
+
+def crand(shape, seed=0):
+    return rand(shape, np.float64, seed) + 1j * rand(shape, np.float64, seed + 100)
 
 
 def _shape_name(shape) -> str:
@@ -63,6 +68,25 @@ CASES = [
     *_cases("qr_pivoting_ties", lambda a: jsl.qr(a, pivoting=True), TIES),
     *_cases("qr_pivoting_exact_rank2", lambda a: jsl.qr(a, pivoting=True), EXACT),
     *_cases("qr_pivoting_rank2", lambda a: jsl.qr(a, pivoting=True, mode="r"), RANK2),
+    # complex: zgehd2, zhetd2, zunm2r, zlaqp2
+    *(case for shape in SHAPES for case in _cases(
+        f"hessenberg_complex_{_shape_name(shape)}", lax.linalg.hessenberg, crand(shape))),
+    *_cases("hessenberg_complex_real_entries", lax.linalg.hessenberg, rand((5, 5), np.float64) + 0j),
+    *(case for shape in SHAPES for lower in (True, False) for case in _cases(
+        f"tridiagonal_complex_{'lower' if lower else 'upper'}_{_shape_name(shape)}",
+        lambda a, lower=lower: lax.linalg.tridiagonal(a, lower=lower), crand(shape, seed=2))),
+    *_cases("tridiagonal_hermitian", lambda a: lax.linalg.tridiagonal(a + a.conj().T), crand((6, 6), seed=3)),
+    *(case for a_shape, c_shape in [((5, 4), (5, 3)), ((1, 1), (1, 2)), ((2, 3, 6, 2), (2, 3, 6, 4))]
+      for left in (True, False) for transpose in (True, False) for case in _cases(
+        f"ormqr_complex_{'left' if left else 'right'}{'_t' if transpose else ''}_{_shape_name(a_shape)}",
+        ormqr(left, transpose), crand(a_shape, seed=4),
+        crand(c_shape, seed=5) if left else np.swapaxes(crand(c_shape, seed=5), -1, -2))),
+    *_cases("qr_multiply_complex", lambda a, c: jsl.qr_multiply(a, c, mode="left", pivoting=True), crand((6, 4)),
+            crand((4,), seed=1)),
+    *(case for shape in [(5, 4), (4, 5), (1, 1), (2, 3, 4, 4), (0, 3, 3)] for mode in ("full", "r")
+      for case in _cases(f"qr_pivoting_complex_{mode}_{_shape_name(shape)}",
+                         lambda a, mode=mode: jsl.qr(a, pivoting=True, mode=mode), crand(shape, seed=6))),
+    *_cases("qr_pivoting_complex_ties", lambda a: jsl.qr(a, pivoting=True), TIES * (1 + 1j)),
 ]
 
 
@@ -75,8 +99,3 @@ def test_hessenberg_with_q():
     """Also the optimizer's regression case: two Reshape merges at one value asked for one initializer name."""
     run_case(Case("hessenberg_q", lambda a: jsl.hessenberg(a, calc_q=True), [rand((6, 6))], F32_TOL))
 
-
-def test_complex_reductions_are_refused():
-    a = (rand((4, 4)) + 1j * rand((4, 4), seed=1)).astype(np.complex64)
-    with pytest.raises(UnsupportedOpError, match="lapack_cgehrd_ffi.*complex LAPACK routine is not translated"):
-        mnjit(lax.linalg.hessenberg)(a)

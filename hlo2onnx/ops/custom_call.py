@@ -1,7 +1,7 @@
 """stablehlo.custom_call: one rule that dispatches on the call target's name.
 
 The targets' rules live with their families (`register_custom_call`): LAPACK
-in linalg.py, linalg_complex.py, linalg_eig.py, linalg_geev.py and linalg_reduce.py, jax.export's
+in linalg.py, linalg_complex.py, linalg_eig.py, linalg_geev.py, linalg_reduce.py and linalg_schur.py, jax.export's
 shape assertions in dynamic.py.
 A target without a rule is refused with a hint at what emitted it and how to
 work around it.
@@ -17,12 +17,8 @@ from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
 
 _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
 from hlo2onnx.translator import RuleContext
-# LAPACK routines without a translation -> the JAX functions that emit them on CPU.
-# syevd / heevd, gesdd and gesvd (real and complex) are translated in linalg_eig.py, geev in linalg_geev.py,
-# real gehrd, sytrd, ormqr and geqp3 in linalg_reduce.py.
-_LAPACK_USERS = {
-    "gees": "jax.scipy.linalg.schur", "hetrd": "jax.lax.linalg.tridiagonal",
-}
+# Every LAPACK routine jax's CPU lowering emits has a rule (linalg*.py) except the complex tridiagonal solve
+# (c/z gtsv).
 _OUTSIDE = "run that part with jax.jit outside the converted function and pass its result in"
 
 
@@ -31,12 +27,10 @@ def hint(target: str) -> str:
     match = _LAPACK.match(target)
     if match is None:
         return f"{_OUTSIDE}, or write it with jax.numpy ops"
-    kind, routine, _ = match.groups()
-    if kind in "cz":
+    if match.group(1) in "cz":
         return ("this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd, "
-                f"gesdd and geev are); {_OUTSIDE}")
-    users = _LAPACK_USERS.get(routine)
-    return f"it implements {users}; {_OUTSIDE}" if users else _OUTSIDE
+                f"gesdd, geev, gees, gehrd, hetrd, unmqr and geqp3 are); {_OUTSIDE}")
+    return _OUTSIDE
 
 
 def backend_config(op: mlir.Operation) -> dict:

@@ -59,10 +59,10 @@ def geev(ctx: RuleContext, a, *, compute_left: int = ord("V"), compute_right: in
         nonfinite_info(b, x[0], dtype, t_info)
     if real:
         x = [x[0], b.splat(0, dtype, (batch, n, n))]
-    scale = _scale(b, x, dtype)
+    scale = safe_scale(b, x, dtype)
     x = [b.op("Div", v, scale) for v in x]
     norm = b.op("Sqrt", sum_squares(b, x, [1, 2]))  # (B, 1, 1): similarities keep it
-    t, z, failed = _schur(b, x, norm, batch, n, dtype)
+    t, z, failed = complex_schur(b, x, norm, batch, n, dtype)
     info = b.op("Max", info, reshape_to(b, failed, list(t_info.shape)))
     w = [reshape_to(b, diagonal(b, p, n, n, dtype), [batch, 1, n]) for p in t]  # of A / scale
     wanted = [side for side, job in (("left", compute_left), ("right", compute_right)) if job == ord("V")]
@@ -96,7 +96,7 @@ def _eigenvectors(b: Builder, t: Planes, z: Planes, w: Planes, norm: ir.Value, b
     return _normalized(b, matmul(b, z, y), dtype)
 
 
-def _scale(b: Builder, x: Planes, dtype: np.dtype) -> ir.Value:
+def safe_scale(b: Builder, x: Planes, dtype: np.dtype) -> ir.Value:
     """(B, 1, 1): max |a_ij| where that lies outside LAPACK geev's safe range [sqrt(tiny) / eps, its
     reciprocal] (squares would over- or underflow), else 1 (exact)."""
     info = np.finfo(dtype)
@@ -150,8 +150,8 @@ def _lowest(b: Builder, mask: ir.Value, n: int) -> ir.Value:
                 keepdims=1)
 
 
-def _schur(b: Builder, h: Planes, norm: ir.Value, batch: int, n: int, dtype: np.dtype
-           ) -> tuple[Planes, Planes, ir.Value]:
+def complex_schur(b: Builder, h: Planes, norm: ir.Value, batch: int, n: int, dtype: np.dtype
+                  ) -> tuple[Planes, Planes, ir.Value]:
     """A = Z T Z^H: T upper triangular and Z unitary (B, n, n) planes, and the (B,) int32 index (1-based) of
     the lowest subdiagonal entry left where the steps ran out, else 0."""
     z = [eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))]
