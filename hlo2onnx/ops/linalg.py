@@ -28,13 +28,13 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops import complex as complex_ops
 from hlo2onnx.ops.complex import Z
-from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, eye, first_failure, flat, iota, larfg,
-                                      loop, loop_step, matmul, pack_reflector, reversed_axes, set_column, times,
-                                      transposed, unflat)
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, eye, first_failure, flat, iota, join,
+                                      larfg, loop, loop_step, matmul, pack_reflector, planes, reversed_axes, set_column,
+                                      times, transposed, unflat)
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.translator import RuleContext
-from hlo2onnx.types import TensorType
+from hlo2onnx.types import TensorType, real_dtype
 
 
 def _lapack(*routines: str):
@@ -279,61 +279,78 @@ def householder_q(b: Builder, reflectors: Planes, taus: Planes, shape: tuple[int
 
 # -- tridiagonal solve -----------------------------------------------------------------------------------
 @_lapack("gtsv")
+@register_custom_call("lapack_cgtsv_ffi", "lapack_zgtsv_ffi")
 def gtsv(ctx: RuleContext, dl, d, du, rhs):
-    """LAPACK's gtsv: Gaussian elimination with row swaps when |sub-diagonal| > |diagonal|, then back
-    substitution with U's three diagonals. JAX's dl[0] and du[-1] lie outside the matrix and are not read."""
+    """LAPACK's gtsv (zgtsv for complex planes): Gaussian elimination with row swaps when the sub-diagonal is
+    larger than the diagonal (for complex entries in |re| + |im|, zgtsv's cabs1), then back substitution with
+    U's three diagonals. JAX's dl[0] and du[-1] lie outside the matrix and are not read."""
     b = ctx.b
     if any(list(ctx.hlo_op.results[i].uses) for i in range(3)):
         raise NotImplementedError("the factored diagonals @lapack_?gtsv_ffi returns are not translated")
     t_rhs, t_info = ctx.in_types[3], ctx.out_types[4]
-    dtype = compute_dtype(t_rhs.dtype)
+    dtype = compute_dtype(real_dtype(t_rhs.dtype))
     *_, n, r = t_rhs.shape
     batch = prod(t_rhs.shape[:-2])
-    lower, diag = (flat(b, v, ctx.in_types[0], 1, dtype) for v in (dl, d))
-    upper = b.op("Where", b.op("Equal", iota(b, n, (1, n)), b.const(np.int64(n - 1))),
-                 b.const(np.zeros((), dtype)), flat(b, du, ctx.in_types[2], 1, dtype))
-    x = flat(b, rhs, t_rhs, 2, dtype)
-    vec, mat = TensorType((batch, 1), dtype), TensorType((batch, r), dtype)
     zero = b.const(np.zeros((), dtype))
-    first = b.const(np.asarray([0], np.int64))
+    lower, diag, upper = (planes(b, v, t, 1, dtype) for v, t in zip((dl, d, du), ctx.in_types))
+    past_end = b.op("Equal", iota(b, n, (1, n)), b.const(np.int64(n - 1)))
+    upper = [b.op("Where", past_end, zero, v) for v in upper]
+    x = planes(b, rhs, t_rhs, 2, dtype)
+    count = len(x)
+    vec, mat = [TensorType((batch, 1), dtype)] * count, [TensorType((batch, r), dtype)] * count
+
+    def size(sb: Builder, v: Planes) -> ir.Value:
+        return sb.op("Add", *(sb.op("Abs", p) for p in v)) if count > 1 else sb.op("Abs", v[0])
+
+    def div(sb: Builder, v: Planes, w: Planes) -> Planes:
+        # LAPACK's division: a zero divisor gives NaN, and then info > 0 makes JAX's result NaN anyway.
+        return [sb.op("Div", *v, *w)] if count == 1 else list(complex_ops.divide(sb, dtype, Z(*v), Z(*w),
+                                                                                   xla_zero_divisor=False))
+
+    def minus(sb: Builder, v: Planes, w: Planes) -> Planes:
+        return [sb.op("Sub", p, q) for p, q in zip(v, w)]
 
     def eliminate(sb: Builder, i: ir.Value, carried: list[ir.Value]):
         """Row i (carried, already updated) against the original row i + 1; yields U's row i."""
-        d_i, du_i, b_i = carried
+        d_i, du_i, b_i = carried[:count], carried[count:2 * count], carried[2 * count:]
         j = sb.op("Add", i, sb.const(np.int64(1)))
         j1 = loop_step(sb, j)
-        dl_j, d_j, du_j = (sb.op("Gather", v, j1, axis=1) for v in (lower, diag, upper))
-        b_j = sb.op("Gather", x, j, axis=1)
-        keep = sb.op("GreaterOrEqual", sb.op("Abs", d_i), sb.op("Abs", dl_j))
-        fact = sb.op("Where", keep, sb.op("Div", dl_j, d_i), sb.op("Div", d_i, dl_j))
-        u = [sb.op("Where", keep, d_i, dl_j), sb.op("Where", keep, du_i, d_j), sb.op("Where", keep, zero, du_j),
-             sb.op("Where", keep, b_i, b_j)]
-        next_row = [sb.op("Where", keep, sb.op("Sub", d_j, sb.op("Mul", fact, du_i)),
-                          sb.op("Sub", du_i, sb.op("Mul", fact, d_j))),
-                    sb.op("Where", keep, du_j, sb.op("Neg", sb.op("Mul", fact, du_j))),
-                    sb.op("Where", keep, sb.op("Sub", b_j, sb.op("Mul", fact, b_i)),
-                          sb.op("Sub", b_i, sb.op("Mul", fact, b_j)))]
+        dl_j, d_j, du_j = ([sb.op("Gather", p, j1, axis=1) for p in v] for v in (lower, diag, upper))
+        b_j = [sb.op("Gather", p, j, axis=1) for p in x]
+        keep = sb.op("GreaterOrEqual", size(sb, d_i), size(sb, dl_j))
+
+        def pick(v: Planes, w: Planes) -> Planes:
+            return [sb.op("Where", keep, p, q) for p, q in zip(v, w)]
+
+        fact = pick(div(sb, dl_j, d_i), div(sb, d_i, dl_j))
+        u = [*pick(d_i, dl_j), *pick(du_i, d_j), *pick([zero] * count, du_j), *pick(b_i, b_j)]
+        next_row = [*pick(minus(sb, d_j, times(sb, fact, du_i, dtype)), minus(sb, du_i, times(sb, fact, d_j, dtype))),
+                    *pick(du_j, [sb.op("Neg", p) for p in times(sb, fact, du_j, dtype)]),
+                    *pick(minus(sb, b_j, times(sb, fact, b_i, dtype)), minus(sb, b_i, times(sb, fact, b_j, dtype)))]
         return next_row, u
 
-    start = [b.op("Gather", diag, first, axis=1), b.op("Gather", upper, first, axis=1),
-             b.op("Gather", x, b.const(np.int64(0)), axis=1)]
-    last_d, _, last_b, *u = loop(b, "gtsv_eliminate", n - 1, start, [vec, vec, mat], eliminate,
-                                  [vec, vec, vec, mat])
+    first = b.const(np.asarray([0], np.int64))
+    start = [*(b.op("Gather", p, first, axis=1) for p in (*diag, *upper)),
+             *(b.op("Gather", p, b.const(np.int64(0)), axis=1) for p in x)]
+    results = loop(b, "gtsv_eliminate", n - 1, start, [*vec, *vec, *mat], eliminate, [*vec, *vec, *vec, *mat])
+    last_d, last_b = results[:count], results[2 * count:3 * count]
     # U's last row: its diagonal only.
-    u0, u1, u2, y = (b.op("Concat", rows, b.op("Unsqueeze", tail, b.shape_const([0])), axis=0)
-                     for rows, tail in zip(u, [last_d, b.splat(0, dtype, (batch, 1)), b.splat(0, dtype, (batch, 1)),
-                                               last_b]))
+    tails = [*last_d, *[b.splat(0, dtype, (batch, 1))] * (2 * count), *last_b]
+    u = [b.op("Concat", rows, b.op("Unsqueeze", tail, b.shape_const([0])), axis=0)
+         for rows, tail in zip(results[3 * count:], tails)]
+    u0, u1, u2, y = (u[k * count:(k + 1) * count] for k in range(4))
 
     def substitute(sb: Builder, step: ir.Value, carried: list[ir.Value]):
-        x1, x2 = carried  # x[i + 1], x[i + 2]
+        x1, x2 = carried[:count], carried[count:]  # x[i + 1], x[i + 2]
         i = sb.op("Sub", sb.const(np.int64(n - 1)), step)
-        c0, c1, c2, yi = (sb.op("Gather", v, i, axis=0) for v in (u0, u1, u2, y))
-        xi = sb.op("Div", sb.op("Sub", sb.op("Sub", yi, sb.op("Mul", c1, x1)), sb.op("Mul", c2, x2)), c0)
-        return [xi, x1], [xi]
+        c0, c1, c2, yi = ([sb.op("Gather", p, i, axis=0) for p in v] for v in (u0, u1, u2, y))
+        xi = div(sb, minus(sb, minus(sb, yi, times(sb, c1, x1, dtype)), times(sb, c2, x2, dtype)), c0)
+        return [*xi, *x1], xi
 
-    solution = loop(b, "gtsv_substitute", n, [b.splat(0, dtype, (batch, r))] * 2, [mat, mat], substitute,
-                     [mat])[2]
-    solution = b.op("Transpose", reversed_axes(b, solution, [0]), perm=[1, 0, 2])
-    info = first_failure(b, b.op("Equal", _transposed2d(b, reshape_to(b, u0, [n, batch])), zero), t_info)
+    solution = loop(b, "gtsv_substitute", n, [b.splat(0, dtype, (batch, r))] * (2 * count), mat * 2, substitute,
+                    mat)[2 * count:]
+    solution = [b.op("Transpose", reversed_axes(b, p, [0]), perm=[1, 0, 2]) for p in solution]
+    singular = b.op("And", *(b.op("Equal", p, zero) for p in u0)) if count > 1 else b.op("Equal", u0[0], zero)
+    info = first_failure(b, _transposed2d(b, reshape_to(b, singular, [n, batch])), t_info)
     # The factored diagonals are unused (checked above): the operands stand in for them.
-    return dl, d, du, unflat(b, solution, ctx.out_types[3]), info
+    return dl, d, du, join(b, solution, ctx.out_types[3]), info
