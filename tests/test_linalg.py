@@ -51,6 +51,12 @@ def tridiagonal(batch, n, seed=0, dtype=np.float32, pivots=False):
     return [v.astype(dtype) for v in (dl, d, du)] + [rand((*batch, n, 3), dtype, seed + 3)]
 
 
+def complex_tridiagonal(batch, n, seed=0, pivots=False):
+    """Complex diagonals and right-hand sides, as `tridiagonal` (zgtsv compares |re| + |im| to swap rows)."""
+    parts = zip(tridiagonal(batch, n, seed, np.float64, pivots), tridiagonal(batch, n, seed + 10, np.float64, pivots))
+    return [re + 1j * im for re, im in parts]
+
+
 def lu_solve(a, b, trans=0):
     return jsl.lu_solve(jsl.lu_factor(a), b, trans=trans)
 
@@ -177,6 +183,19 @@ CASES = [
                  a, b, left_side=False, lower=lower, transpose_a=True, conjugate_a=conj), (CL5 if lower else CU5,
                                                                                           CB53.T))
             for lower in (True, False) for conj in (False, True)],
+          # tridiagonal solve: c/z gtsv
+          ("tridiagonal_solve", lax.linalg.tridiagonal_solve, complex_tridiagonal((), 6, seed=40)),
+          ("tridiagonal_solve_pivoting", lax.linalg.tridiagonal_solve, complex_tridiagonal((), 7, 41, pivots=True)),
+          ("tridiagonal_solve_pivoting_big", lax.linalg.tridiagonal_solve,
+           complex_tridiagonal((), 12, 42, pivots=True)),
+          ("tridiagonal_solve_batched", lax.linalg.tridiagonal_solve,
+           complex_tridiagonal((2, 3), 5, 43, pivots=True)),
+          ("tridiagonal_solve_n1", lax.linalg.tridiagonal_solve, complex_tridiagonal((2,), 1, seed=44)),
+          ("tridiagonal_solve_n2_one_rhs", lax.linalg.tridiagonal_solve,
+           [*complex_tridiagonal((), 2, 45, pivots=True)[:3], CB53[:2, :1]]),
+          # row 2 is zero: info = 2 and JAX's result is NaN
+          ("tridiagonal_solve_singular", lax.linalg.tridiagonal_solve,
+           (np.zeros(4), np.array([1j, 0, 1 + 1j, 1]), np.array([1, 0, 1j, 0]), CB53[:4])),
       )],
     # QR: geqrf + orgqr
     *[_f32(f"qr_{mode}_{name}", lambda a, mode=mode: jnp.linalg.qr(a, mode=mode), a)
@@ -240,15 +259,30 @@ def test_stablehlo_linalg_ops(name):
 
 
 # -- what is refused, and how --------------------------------------------------------------------------------
-# eigh and svd, real and complex, are translated (test_linalg_eig.py), and so are eig (test_linalg_geev.py),
-# hessenberg, tridiagonal, ormqr and pivoted QR (test_linalg_reductions.py) and schur (test_linalg_schur.py).
-def test_complex_lapack_is_refused():
-    """The complex tridiagonal solve (cgtsv) is not translated: refused by name, with the user's line."""
-    z = (rand((4,)) + 4j).astype(np.complex64)
-    with pytest.raises(UnsupportedOpError, match="lapack_cgtsv_ffi.*complex LAPACK routine is not translated") as info:
-        mnjit(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b))(z, z * 4, z, z[:, None])
+# Every LAPACK routine jax emits is translated: eigh and svd (test_linalg_eig.py), eig (test_linalg_geev.py),
+# hessenberg, tridiagonal, ormqr and pivoted QR (test_linalg_reductions.py), schur (test_linalg_schur.py), the rest
+# here. jaxlib's perturbed tridiagonal solve is not.
+def test_perturbed_tridiagonal_solve_is_refused():
+    """tridiagonal_solve(perturb_singular=True) is refused by name, with what emitted it and the user's line."""
+    z = (rand((4,)) + 4).astype(np.float32)
+    with pytest.raises(UnsupportedOpError, match="tridiagonal_solve_perturbed_ffi has no ONNX translation; "
+                                                 r"lax.linalg.tridiagonal_solve\(..., perturb_singular=True\)") as info:
+        mnjit(lambda dl, d, du, b: lax.linalg.tridiagonal_solve(dl, d, du, b, perturb_singular=True))(
+            z, z * 4, z, z[:, None])
     assert "jax.jit outside the converted function" in str(info.value)
     assert "test_linalg.py:" in str(info.value), str(info.value)
+
+
+def test_untranslated_complex_lapack_has_a_hint():
+    """A complex LAPACK routine jax does not emit (banded gbsv) is refused with the complex routines that are."""
+    text = """func.func @main(%a: tensor<3x3xcomplex<f32>>) -> tensor<3x3xcomplex<f32>> {
+      %0 = stablehlo.custom_call @lapack_cgbsv_ffi(%a) : (tensor<3x3xcomplex<f32>>) -> tensor<3x3xcomplex<f32>>
+      return %0 : tensor<3x3xcomplex<f32>>
+    }"""
+    with pytest.raises(UnsupportedOpError, match=r"@lapack_cgbsv_ffi has no ONNX translation; this complex LAPACK "
+                                                 r"routine is not translated \(complex gees, geev, .*gtsv.*\); run "
+                                                 "that part with jax.jit"):
+        hlo2onnx.convert(text.encode())
 
 
 def test_gees_sorting_is_refused():

@@ -14,22 +14,28 @@ from jax.extend.mlir import ir as mlir
 
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx.registry import CUSTOM_CALLS, CUSTOM_DYNAMIC_OK, register
+from hlo2onnx.translator import RuleContext
 
 _LAPACK = re.compile(r"lapack_([sdcz])(\w+?)(_ffi)?$")
-from hlo2onnx.translator import RuleContext
-# Every LAPACK routine jax's CPU lowering emits has a rule (linalg*.py) except the complex tridiagonal solve
-# (c/z gtsv).
+# Every LAPACK routine jax's CPU lowering emits has a rule (linalg*.py); of jaxlib's CPU custom calls only the
+# perturbed tridiagonal solve has none.
+_EMITTED_BY = {"tridiagonal_solve_perturbed_ffi": "lax.linalg.tridiagonal_solve(..., perturb_singular=True) emits "
+                                                  "it (without perturb_singular, the solve is translated)"}
 _OUTSIDE = "run that part with jax.jit outside the converted function and pass its result in"
 
 
 def hint(target: str) -> str:
     """What to do about a custom call without a translation."""
+    if target in _EMITTED_BY:
+        return f"{_EMITTED_BY[target]}; {_OUTSIDE}"
     match = _LAPACK.match(target)
     if match is None:
         return f"{_OUTSIDE}, or write it with jax.numpy ops"
     if match.group(1) in "cz":
-        return ("this complex LAPACK routine is not translated (complex getrf, geqrf, ungqr, potrf, trsm, heevd, "
-                f"gesdd, geev, gees, gehrd, hetrd, unmqr and geqp3 are); {_OUTSIDE}")
+        # Named from the rule table, so the list cannot go stale.
+        translated = sorted({m.group(2) for m in map(_LAPACK.match, CUSTOM_CALLS) if m and m.group(1) in "cz"})
+        return (f"this complex LAPACK routine is not translated (complex {', '.join(translated)} are); "
+                f"{_OUTSIDE}")
     return _OUTSIDE
 
 
