@@ -6,7 +6,7 @@ the peak resident set is then reset to the current one (`/proc/self/clear_refs`,
 far where that is refused), the function is called once, and the report is the rise of the peak, in copies of
 the constant's size.
 
-    python benchmarks/memory_first_call.py [--mb 600] [--variants numpy,jax,several,twice] [--checkpoints]
+    python benchmarks/memory_first_call.py [--mb 600] [--variants numpy,ones,jax,several,twice] [--checkpoints]
 
 --checkpoints prints mnjit's peak after each stage of the first call (capture, lowering, translation,
 session, run) for the first variant.
@@ -25,6 +25,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 # Each variant defines `fun` from the constant's size in float32 elements `n`; x is a float32 scalar.
 VARIANTS = {
     "numpy": "w = make(n)\nfun = lambda x: (jnp.asarray(w) * x).sum()",
+    "ones": "w = np.ones(n, np.float32)\nfun = lambda x: (jnp.asarray(w) * x).sum()",  # the example
     "jax": "w = jnp.asarray(make(n))\nfun = lambda x: (w * x).sum()",
     "several": "ws = [make(n // 3, seed) for seed in range(3)]\n"
                "fun = lambda x: sum((jnp.asarray(w) * (x + i)).sum() for i, w in enumerate(ws))",
