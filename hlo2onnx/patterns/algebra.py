@@ -141,7 +141,7 @@ def _reduce_of_broadcast(node: ir.Node, emit: Emitter) -> ir.Value | None:
     if len(shape) > len(out):
         v = emit("Reshape", v, emit.graph_shape((1,) * len(out)), like=node.outputs[0])
         v.shape = ir.Shape((1,) * len(out))
-    return emit("Expand", v, emit.graph_shape(out), like=node.outputs[0])
+    return v if static_shape(v) == out else emit("Expand", v, emit.graph_shape(out), like=node.outputs[0])
 
 
 def _reduce_sum(node: ir.Node, emit: Emitter) -> ir.Value | None:
