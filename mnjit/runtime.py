@@ -35,7 +35,8 @@ _ML_DTYPES = {
 # The graph holds complex tensors as float (real, imag) pairs on a trailing axis (hlo2onnx TensorType.storage).
 _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 # Initializers at least this large are handed to ORT as the translator's own numpy buffers
-# (add_external_initializers) instead of being serialized into the model: no copy, and no 2 GB protobuf limit.
+# (add_external_initializers) instead of being serialized into the model: no serialized copy, and no 2 GB
+# protobuf limit (docs/runtime.md, Weights).
 EXTERNAL_WEIGHT_BYTES = 1024
 # ONNX ops whose weights ORT's CPU kernels pre-pack at session creation (not done for shared initializers).
 _PREPACKED = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN", "MatMulInteger",
