@@ -6,10 +6,7 @@ the peak resident set is then reset to the current one (`/proc/self/clear_refs`,
 far where that is refused), the function is called once, and the report is the rise of the peak, in copies of
 the constant's size.
 
-    python benchmarks/memory_first_call.py [--mb 600] [--variants numpy,ones,jax,several,twice] [--checkpoints]
-
---checkpoints prints mnjit's peak after each stage of the first call (capture, lowering, translation,
-session, run) for the first variant.
+    python benchmarks/memory_first_call.py [--mb 600] [--variants numpy,ones,jax,several,twice]
 """
 from __future__ import annotations
 
@@ -33,12 +30,12 @@ VARIANTS = {
 }
 
 CHILD = """
-import os, resource, sys, json
+import json, resource
 import numpy as np, jax, jax.numpy as jnp
 from mnjit import mnjit
 
 def make(n, seed=0):
-    # Random values: a constant of equal elements could be stored as a splat by someone along the way.
+    # Random values: a constant of equal elements is lowered as a splat (the "ones" variant).
     return np.random.default_rng(seed).random(n, dtype=np.float32)
 
 def status(key):
@@ -65,62 +62,37 @@ x = jnp.float32(1.5)
 jit = {jit}
 jit(lambda v: v + 1)(x).block_until_ready()
 jax.jit(lambda v: v * 2)(x).block_until_ready()
-{checkpoints}
 base = reset_peak()
 result = jit(fun)(x)
 result.block_until_ready()
 print(json.dumps({{"copies": (peak() - base) / (n * 4), "result": float(result)}}))
 """
 
-# The first call's stages, done by hand in the order mnjit does them, each followed by the peak so far.
-CHECKPOINTS = """
-if {enabled}:
-    import functools
-    from mnjit import api, ffi, runtime, host_callbacks
-    base = reset_peak()
-    def mark(stage):
-        print(json.dumps({{"stage": stage, "copies": (peak() - base) / (n * 4), "now": (status("VmRSS") - base) / (n * 4)}}), flush=True)
-    jitted = jax.jit(fun, keep_unused=True)
-    traced = jitted.trace(x); mark("trace")
-    lowered = traced.lower(); mark("lower")
-    conversion, callbacks = host_callbacks.translate(lowered, jit(fun)._target, jit(fun)._opset, "main"); mark("translate")
-    del lowered; mark("free stablehlo")
-    in_avals = jax.tree_util.tree_leaves(traced.in_avals); out_avals = jax.tree_util.tree_leaves(traced.out_info)
-    runner = api._runner_for(jit(fun)._target, conversion.model, in_avals, out_avals, None); mark("session")
-    runner.run([x]); mark("run")
-    sys.exit(0)
-"""
 
-
-def measure(variant: str, jit: str, n: int, checkpoints: bool = False) -> list[dict]:
-    code = CHILD.format(n=n, variant=VARIANTS[variant], jit="mnjit" if jit == "mnjit" else "jax.jit",
-                        checkpoints=CHECKPOINTS.format(enabled=checkpoints))
+def measure(variant: str, jit: str, n: int) -> dict:
+    """{"copies": peak extra copies, "result": the function's value} for `variant` under `jit` ("mnjit" or
+    "jax"), with a constant of `n` float32 elements, in a fresh process."""
+    code = CHILD.format(n=n, variant=VARIANTS[variant], jit="mnjit" if jit == "mnjit" else "jax.jit")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
                          timeout=1800)
     if run.returncode != 0:
         raise RuntimeError(f"{variant}/{jit} failed:\n{run.stderr[-3000:]}")
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    return json.loads(run.stdout.splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=600, help="the constant's size in MB (10^6 bytes)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--checkpoints", action="store_true")
     args = parser.parse_args()
     n = int(args.mb * 1e6) // 4
     variants = args.variants.split(",")
-    if args.checkpoints:
-        for row in measure(variants[0], "mnjit", n, checkpoints=True):
-            print(f"{row['stage']:<16} peak {row['copies']:5.2f}  now {row['now']:5.2f}")
-        return
     print(f"constant {args.mb:g} MB; peak extra copies of it at the first call (fresh process each)")
     # The results' relative difference: an f32 sum of 10^8 terms accumulates differently in ORT and XLA.
     print(f"{'variant':<10}{'jax.jit':>9}{'mnjit':>9}{'rel. diff':>11}")
     for variant in variants:
-        theirs = measure(variant, "jax", n)[-1]
-        ours = measure(variant, "mnjit", n)[-1]
+        theirs, ours = measure(variant, "jax", n), measure(variant, "mnjit", n)
         diff = abs(ours["result"] - theirs["result"]) / abs(theirs["result"])
         print(f"{variant:<10}{theirs['copies']:9.2f}{ours['copies']:9.2f}{diff:11.1e}", flush=True)
 

@@ -168,14 +168,14 @@ def _first_call_peaks(variant: str, mb: float) -> tuple[float, float]:
     from memory_first_call import measure
 
     n = int(mb * 1e6) // 4
-    ours, theirs = measure(variant, "mnjit", n)[-1], measure(variant, "jax", n)[-1]
-    assert ours["result"] == pytest.approx(theirs["result"], rel=1e-4 if mb < 100 else 0.1)  # f32 sums of 10^8 terms
+    ours, theirs = measure(variant, "mnjit", n), measure(variant, "jax", n)
+    # ORT's f32 ReduceSum of 1.5e8 terms is 4.5% off XLA's (which sums pairwise); 1e7 terms agree to 2e-6.
+    assert ours["result"] == pytest.approx(theirs["result"], rel=1e-4 if mb < 100 else 0.1)
     return ours["copies"], theirs["copies"]
 
 
-@pytest.mark.parametrize("variant", ["twice"])
-def test_first_call_peak_is_at_most_jax_jit(variant):
-    ours, theirs = _first_call_peaks(variant, 40)
+def test_first_call_peak_is_at_most_jax_jit():
+    ours, theirs = _first_call_peaks("twice", 40)  # one 40 MB numpy constant, read twice
     assert ours <= theirs + _FIXED_BYTES / 40e6, f"mnjit {ours:.2f} copies of the constant, jax.jit {theirs:.2f}"
 
 
