@@ -35,8 +35,12 @@ _ML_DTYPES = {
 # The graph holds complex tensors as float (real, imag) pairs on a trailing axis (hlo2onnx TensorType.storage).
 _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 # Initializers at least this large are handed to ORT as the translator's own numpy buffers
-# (add_external_initializers) instead of being serialized into the model: no copy, and no 2 GB protobuf limit.
+# (add_external_initializers) instead of being serialized into the model: no serialized copy, and no 2 GB
+# protobuf limit (docs/runtime.md, Weights).
 EXTERNAL_WEIGHT_BYTES = 1024
+# ONNX ops whose weights ORT's CPU kernels pre-pack at session creation (not done for shared initializers).
+_PREPACKED = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN", "MatMulInteger",
+                        "ConvInteger", "QLinearMatMul", "QLinearConv"})
 # A run that took longer than this goes through the interruptible path next time (Ctrl-C ends it promptly).
 SLOW_RUN_SECONDS = 0.02
 
@@ -96,15 +100,22 @@ def session_options() -> ort.SessionOptions:
 
 
 def create_session(model: ir.Model, providers: Sequence[str]) -> tuple[ort.InferenceSession, list[np.ndarray]]:
-    """An ORT session for `model`, whose large initializers ORT uses in place (zero-copy).
+    """An ORT session for `model`, whose large initializers ORT takes from the translator's buffers.
 
     Returns the session and the arrays it reads, which must outlive it.
     """
     options = session_options()
-    weights, names, values = [], [], []
+    weights, names, values, shared = [], [], [], []
     swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
     # ORT drops initializers no node reads before it takes these buffers by name, then fails to find them.
-    read = {id(value) for node in model.graph.all_nodes() for value in node.inputs if value is not None}
+    nodes = list(model.graph.all_nodes())
+    read = {id(value) for node in nodes for value in node.inputs if value is not None}
+    # ORT 1.32 copies external initializers into buffers of its own. A CPU session also given the same OrtValues
+    # as shared initializers uses them in place instead (the copy is freed before the first run), but never
+    # pre-packs a shared weight: a MatMul at batch 1 ran 2.2x slower. Weights these ops read keep ORT's copy.
+    share = all(provider == "CPUExecutionProvider" for provider in providers)
+    packed = {id(value) for node in nodes if node.op_type in _PREPACKED and node.domain == ""
+              for value in node.inputs if value is not None}
     try:
         for value in model.graph.initializers.values():
             tensor = value.const_value
@@ -116,6 +127,8 @@ def create_session(model: ir.Model, providers: Sequence[str]) -> tuple[ort.Infer
             weights.append(array)
             names.append(value.name)
             values.append(_ortvalue(array, tensor.dtype))
+            if share and id(value) not in packed:
+                shared.append((value.name, values[-1]))
             # Serialized as a reference to external data that never gets read: ORT takes the buffer given here.
             value.const_value = ir.ExternalTensor("mnjit-in-memory", 0, tensor.nbytes, tensor.dtype,
                                                   shape=tensor.shape, name=value.name, base_dir="")
@@ -126,6 +139,8 @@ def create_session(model: ir.Model, providers: Sequence[str]) -> tuple[ort.Infer
             value.const_value = tensor
     if names:
         options.add_external_initializers(names, values)
+    for name, value in shared:
+        options.add_initializer(name, value)
     session = ort.InferenceSession(model_bytes, options, providers=list(providers))
     return session, weights
 

@@ -83,6 +83,16 @@ CASES = [
     (Case("norm_f64", lambda x: jnp.sqrt(jnp.sum(x * x, axis=0)), (x64_.astype(np.float64),), x64=True),
      {"Sqrt": 0, "ReduceL2": 1}),
     (Case("isinf", lambda x: jnp.where(jnp.isinf(x), 0.0, x), (special,)), {"Equal": 0, "Or": 0}),
+    # A sum of a broadcast one-element value is that value times the count, as XLA simplifies it (the
+    # closed-over np.ones is a splat constant): the broadcast is never materialized.
+    (Case("sum_of_splat_constant", lambda x: (jnp.asarray(np.ones(100_000, F32)) * x).sum(), (F32(1.1),)),
+     {"ReduceSum": 0, "Expand": 0}),
+    (Case("sum_of_broadcast_axes", lambda x: jnp.broadcast_to(x, (3, 5, 7)).sum(axis=(0, 2)), (F32(-2.3),)),
+     {"ReduceSum": 0}),
+    (Case("sum_of_broadcast_special", lambda x: jnp.stack([jnp.broadcast_to(v, (999,)).sum() for v in x]),
+          (special[0],)), {"ReduceSum": 0}),
+    (Case("sum_of_broadcast_f64", lambda x: jnp.broadcast_to(x, (4, 9)).sum(axis=1, keepdims=True),
+          (np.float64(0.1),), x64=True), {"ReduceSum": 0}),
     (Case("nested_sums", lambda x: jnp.sum(jnp.sum(x, axis=1, keepdims=True), axis=1), (x64_,)), {"ReduceSum": 1}),
     (Case("dense_bias", lambda x, w, b: jnp.dot(x, w) + b, (x64_, rand((8, 5), seed=3), rand((5,), seed=4))),
      {"Reshape": 0, "Gemm": 1}),

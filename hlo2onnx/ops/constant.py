@@ -12,8 +12,11 @@ from hlo2onnx.translator import RuleContext
 
 
 def dense_to_numpy(attr: mlir.DenseElementsAttr, dtype: np.dtype, shape) -> np.ndarray:
+    """The attribute's values, read in place where the dtype matches: the read-only array views the
+    attribute's storage (MLIR's context owns it; the array keeps the attribute, and so the context, alive),
+    so a large constant is not copied at translation (docs/runtime.md, Weights)."""
     try:
-        return np.array(attr, copy=True).astype(dtype, copy=False).reshape(shape)
+        return np.asarray(attr).astype(dtype, copy=False).reshape(shape)
     except (TypeError, ValueError) as e:  # bf16, fp8, complex: issue-tracked, see ops docs
         raise NotImplementedError(f"dense constant of {dtype}: {e}") from None
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.patterns.base import numpy_dtype
 from hlo2onnx.patterns.cleanup import all_graphs, const_array, remove_unused, splat_of, static_shape
 from hlo2onnx.patterns.noderules import Emitter, NodeRule, only_use, producer_of, rewrite, same_value, scalar_array
 from hlo2onnx.patterns.selects import drop_dominated_selects
@@ -122,9 +123,34 @@ def _add_selects(node: ir.Node, emit: Emitter) -> ir.Value | None:
     return None
 
 
+def _reduce_of_broadcast(node: ir.Node, emit: Emitter) -> ir.Value | None:
+    """sum(broadcast(v)) -> v * count for a one-element float v: XLA's own simplification (v times the count
+    rounded to the dtype), so the values are jax.jit's. ORT would materialize the broadcast first (600 MB for the
+    sum of a closed-over 600 MB np.ones times x: jax lowers the constant as a splat) and sum it less accurately."""
+    expand, out = producer_of(node.inputs[0], "Expand"), static_shape(node.outputs[0])
+    noop = node.attributes.get("noop_with_empty_axes")
+    if expand is None or (noop is not None and noop.as_int()) or int(np.prod(out)) == 0:
+        return None
+    v, dtype = expand.inputs[0], numpy_dtype(node.outputs[0])
+    shape, wide = static_shape(v), static_shape(node.inputs[0])
+    if shape is None or int(np.prod(shape)) != 1 or dtype not in (np.float32, np.float64):
+        return None
+    count = np.full(shape, int(np.prod(wide)) // int(np.prod(out)), dtype)
+    scale = emit("Constant", like=v, attrs=(ir.AttrTensor("value", ir.tensor(count)),))
+    v = emit("Mul", v, scale, like=v)
+    if len(shape) > len(out):
+        v = emit("Reshape", v, emit.graph_shape((1,) * len(out)), like=node.outputs[0])
+        v.shape = ir.Shape((1,) * len(out))
+    return v if static_shape(v) == out else emit("Expand", v, emit.graph_shape(out), like=node.outputs[0])
+
+
 def _reduce_sum(node: ir.Node, emit: Emitter) -> ir.Value | None:
     """sum(-x) -> -sum(x): negation is exact, so the sum is the same; the Neg runs on the small result.
-    sum(x * x) -> ReduceSumSquare(x): one pass instead of two (the same sum, up to its order)."""
+    sum(x * x) -> ReduceSumSquare(x): one pass instead of two (the same sum, up to its order).
+    And _reduce_of_broadcast."""
+    broadcast = _reduce_of_broadcast(node, emit)
+    if broadcast is not None:
+        return broadcast
     attrs, x = tuple(node.attributes.values()), node.inputs[0]
     negated, square = producer_of(x, "Neg"), producer_of(x, "Mul")
     if negated is not None and only_use(x):

@@ -132,6 +132,15 @@ _NEUTRAL = {"Max": (-np.inf, (0, 1)), "Min": (np.inf, (0, 1)), "Add": (0, (0, 1)
 _REDUCES = frozenset({"ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceProd"})
 
 
+_CHUNK = 1 << 20
+
+
+def _all_equal(array: np.ndarray, fill) -> bool:
+    """(array == fill).all() in chunks: a large weight is not shadowed by a temporary mask of its size."""
+    flat = array.reshape(-1)
+    return all((flat[i:i + _CHUNK] == fill).all() for i in range(0, flat.size, _CHUNK))
+
+
 def _no_op_result(node: ir.Node) -> ir.Value | None:
     """The existing value `node` computes, when it computes nothing new."""
     out, ins = node.outputs[0], node.inputs
@@ -139,7 +148,7 @@ def _no_op_result(node: ir.Node) -> ir.Value | None:
         fill, positions = _NEUTRAL[node.op_type]
         for pos in positions:
             array = const_array(ins[pos])
-            if array is not None and array.dtype.kind in "fiu" and array.size > 0 and (array == fill).all():
+            if array is not None and array.dtype.kind in "fiu" and array.size > 0 and _all_equal(array, fill):
                 return ins[1 - pos]
     elif node.op_type == "Where":
         array = const_array(ins[0])
