@@ -289,7 +289,7 @@ IREE_CPU = Target(
     dtypes=_parse(targets_iree.DTYPES),
     refused={op: _parse(spec) for op, spec in targets_iree.REFUSED.items()},
     description="IREE (iree-base-compiler) compiled for the host CPU; no int16 or unsigned types but uint8, "
-                "no Loop, DFT, ConvTranspose or float scatter-min/max",
+                "no Loop with scan outputs, DFT, ConvTranspose, f64 trigonometry or float scatter-min/max",
     runtime="iree", providers=(), device="cpu", fallback_chain=("ort-cpu",))
 
 TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU)}
@@ -366,8 +366,9 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
     if dtype is not None and dtype in target.wrong.get(_kernel_key(node), ()):
         yield f"wrong results for {dtype.name}"
         return
-    if dtype is not None and dtype in target.refused.get(_kernel_key(node), ()):
-        yield f"no kernel for {dtype.name}"
+    key = _kernel_key(node)
+    if dtype is not None and dtype in target.refused.get(key, ()):
+        yield f"no kernel for {key if ':' in key else dtype.name}"
         return
     if target.ops is not None:  # a kernel table: check the op's dtype against it
         if dtype is not None and not target.supports(node.op_type, dtype):
@@ -376,10 +377,15 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
 
 def _kernel_key(node: ir.Node) -> str:
     """The op's key in a `wrong` table: Pad and the scatters differ by mode or reduction (`ScatterND:add`),
-    casts by the dtype they make (`Cast:int64`), TopK by whether its indices are read (`TopK:indices`)."""
+    casts by the dtype they make (`Cast:int64`), TopK by whether its indices are read (`TopK:indices`), Loop
+    by whether it has scan outputs (`Loop:scan`) or a condition (`Loop:while`)."""
     if node.op_type == "TopK" and len(node.outputs) > 1 and (node.outputs[1].uses()
                                                               or node.outputs[1].is_graph_output()):
         return "TopK:indices"  # the order of ties shows only in the indices
+    if node.op_type == "Loop" and len(node.outputs) > len(node.inputs) - 2:
+        return "Loop:scan"  # with scan outputs (values stacked per iteration) besides the carried ones
+    if node.op_type == "Loop" and (node.inputs[0] is None or node.inputs[1] is not None):
+        return "Loop:while"  # ended by a condition, not (only) by its trip count
     if node.op_type == "Cast" and node.outputs[0].dtype is not None:  # keyed by the dtype it makes
         return f"Cast:{np.dtype(node.outputs[0].dtype.numpy()).name}"
     attr = node.attributes.get("mode" if node.op_type == "Pad" else "reduction")

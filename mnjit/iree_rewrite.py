@@ -15,8 +15,9 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
 - Max and Min on floats return a NaN only from their second operand, and Clip drops it (as OpenVINO's,
   mnjit/openvino_rewrite.py). A constant operand goes first (it holds no NaN); otherwise the first operand's
   NaN is put back with IsNaN + Where, and Clip's likewise.
-- MaxPool on floats drops NaN (a window holding one gave its largest number; XLA gives NaN). The pooled
-  result keeps its value where the window has no NaN and is NaN where MaxPool over IsNaN(x) finds one.
+- Loop without a condition input (a trip count only: fori_loop): torch-mlir's conversion does not take the
+  empty input. A constant true condition means the same. (While loops and loops with scan outputs are
+  refused by the target: targets_iree.py.)
 
 The model must carry inferred shapes (onnx.shape_inference) for the Slice rewrite; others need none.
 """
@@ -83,8 +84,9 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
             elif node.op_type == "Neg" and elem_types.get(node.input[0]) in _WIDE_INTS:
                 replacement = [helper.make_node("Sub", [_zero(graph, counter, elem_types[node.input[0]]),
                                                         node.input[0]], list(node.output))]
-            elif node.op_type == "MaxPool" and len(node.output) == 1 and elem_types.get(node.input[0]) in _FLOATS:
-                replacement = _nan_keeping_maxpool(node, elem_types[node.input[0]], graph, counter)
+            elif node.op_type == "Loop" and len(node.input) > 1 and node.input[0] and not node.input[1]:
+                node.input[1] = _scalar(graph, counter, np.bool_(True))
+                replacement = [node]
             elif node.op_type in ("Max", "Min") and len(node.input) == 2 and elem_types.get(node.output[0]) in _FLOATS:
                 a, b = node.input
                 if b in constants and a not in constants:
@@ -133,26 +135,19 @@ def _zero(graph: onnx.GraphProto, counter: list[int], elem: int) -> str:
     return name
 
 
+def _scalar(graph: onnx.GraphProto, counter: list[int], value: np.generic) -> str:
+    counter[0] += 1
+    name = f"__iree_scalar{counter[0]}"
+    graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return name
+
+
 def _nan_from(node, x: str, counter: list[int]) -> list[onnx.NodeProto]:
     """`node`, then Where(IsNaN(x), x, node's result): x's NaNs come through as XLA's max/min/clamp give them."""
     out = node.output[0]
     raw, isnan = _fresh(out, counter), _fresh(out, counter)
     node.output[0] = raw
     return [node, helper.make_node("IsNaN", [x], [isnan]), helper.make_node("Where", [isnan, x, raw], [out])]
-
-
-def _nan_keeping_maxpool(node, elem: int, graph, counter) -> list[onnx.NodeProto]:
-    """MaxPool(x), with NaN wherever the window holds one: Where(MaxPool(IsNaN(x)) > 0, NaN, MaxPool(x))."""
-    x, out = node.input[0], node.output[0]
-    raw, isnan, flags, pooled, hit = (_fresh(out, counter) for _ in range(5))
-    node.output[0] = raw
-    nan = _fresh(out, counter)
-    graph.initializer.append(numpy_helper.from_array(np.array(np.nan, onnx.helper.tensor_dtype_to_np_dtype(elem)), nan))
-    pool = helper.make_node("MaxPool", [flags], [pooled])
-    pool.attribute.extend(node.attribute)  # the same windows; pads count as -inf, below the flags' 0 and 1
-    return [node, helper.make_node("IsNaN", [x], [isnan]), helper.make_node("Cast", [isnan], [flags], to=elem),
-            pool, helper.make_node("Greater", [pooled, _zero(graph, counter, elem)], [hit]),
-            helper.make_node("Where", [hit, nan, raw], [out])]
 
 
 def _fresh(base: str, counter: list[int]) -> str:

@@ -155,7 +155,7 @@ class IreeRunner:
     def run(self, leaves: Sequence) -> list[jax.Array]:
         args = iree_rt.VmVariantList(len(leaves))
         for leaf, dtype in zip(leaves, self.in_dtypes):
-            args.push_ref(self._buffer_view(leaf, dtype))
+            args.push_ref(self.buffer_view(leaf, dtype))
         results = iree_rt.VmVariantList(len(self._out_dtypes))
         with self._pool_lock:
             context = self._contexts.pop() if self._contexts else None
@@ -172,7 +172,7 @@ class IreeRunner:
             outputs[i] = mark_weak(outputs[i])
         return outputs
 
-    def _buffer_view(self, leaf, dtype: np.dtype) -> iree_rt.HalBufferView:
+    def buffer_view(self, leaf, dtype: np.dtype) -> iree_rt.HalBufferView:
         device = self._rt.device
         if isinstance(leaf, jax.Array) and leaf.dtype == dtype and dtype not in _COMPLEX \
                 and leaf.is_fully_addressable and leaf.devices() == {self._jax_device}:
