@@ -15,6 +15,10 @@ on the target (tests/test_iree.py):
   ort-cpu.
 - float64 Sin, Cos, Tan, Tanh, Atan, Asin and Acos do not link (iree-lld: undefined symbol: sin: the CPU
   backend has no f64 libm), and f64 Erf is not legalized; rules without another lowering refuse them.
+- float Sin, Cos and Tan are polynomial approximations without full range reduction: off by 1e-4 at
+  |x| ~ 5e3 and -inf at 1e30 (XLA: -0.61). float Pow is exp(y log x): NaN for every negative base (even
+  (-2)**3), for 0**0 and NaN**0 and 1**inf. float Mod (fmod) gives NaN for x % inf (XLA: x) and the
+  wrong sign for -1e4 % 1e-3. Refused in every float dtype.
 - `ConvTranspose` (input-dilated convolutions take the dilate-and-Conv lowering instead), `DFT` (FFTs fall
   back), and ScatterElements with reduction max/min on floats are not legalized.
 """
@@ -33,5 +37,6 @@ REFUSED: dict[str, str] = {
     "DFT": _EVERY,
     "ScatterElements:max": _FLOATS,
     "ScatterElements:min": _FLOATS,
-    **{op: "float64" for op in ("Sin", "Cos", "Tan", "Tanh", "Erf", "Atan", "Asin", "Acos")},
+    **{op: "float64" for op in ("Tanh", "Erf", "Atan", "Asin", "Acos")},
+    **{op: _FLOATS for op in ("Sin", "Cos", "Tan", "Pow", "Mod")},
 }
