@@ -144,7 +144,7 @@ class Target:
     ops they lack but take in expanded form (`expanded`: IsNaN as x != x).
 
     A target also says where mnjit runs the model: the `runtime` package
-    (`onnxruntime` or `openvino`), its execution `providers` in order of
+    (`onnxruntime`, `openvino` or `iree`), its execution `providers` in order of
     preference, and the jax `device` platform its arrays live on.
     """
 
@@ -362,11 +362,10 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
         if bad:
             yield f"{', '.join(bad)} would be computed in a narrower type"
             return
-    dtype = _kernel_dtype(node)
-    if dtype is not None and dtype in target.wrong.get(_kernel_key(node), ()):
+    dtype, key = _kernel_dtype(node), _kernel_key(node)
+    if dtype is not None and dtype in target.wrong.get(key, ()):
         yield f"wrong results for {dtype.name}"
         return
-    key = _kernel_key(node)
     if dtype is not None and dtype in target.refused.get(key, ()):
         yield f"no kernel for {key if ':' in key else dtype.name}"
         return

@@ -40,7 +40,7 @@ def require(target: Target) -> None:
             raise TargetUnavailableError(f"target {target.name} runs on OpenVINO, which is not installed: "
                                          "pip install openvino")
     elif target.runtime == "iree":
-        if importlib.util.find_spec("iree") is None or importlib.util.find_spec("iree.compiler") is None or importlib.util.find_spec("iree.runtime") is None:
+        if any(importlib.util.find_spec(name) is None for name in ("iree", "iree.compiler", "iree.runtime")):
             raise TargetUnavailableError(f"target {target.name} runs on IREE, which is not installed: "
                                          "pip install 'mnjit[iree]' (iree-base-compiler, iree-base-runtime)")
     elif target.runtime == "onnxruntime":
