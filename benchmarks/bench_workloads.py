@@ -11,7 +11,8 @@ then the geomean of the ratios. Arguments are jax arrays (jax.device_put): jax.j
 numpy argument on every call, which would tax jax.jit, not mnjit.
 
 One column per target (--targets, default ort-cpu and iree-cpu where IREE is installed). Targets other than
-ort-cpu run with fallback=True: what they refuse (IREE: Loop) runs on ort-cpu through the partitioner.
+ort-cpu run with fallback=True: what they refuse (IREE: while loops, scans, float Mod and Pow...) runs on
+ort-cpu through the partitioner.
 
     python benchmarks/bench_workloads.py [--quick] [--only fire_f64,mlp] [--rounds 7] [--targets ort-cpu,iree-cpu]
 
