@@ -10,13 +10,18 @@ Workloads (steady state, the median of interleaved rounds, mnjit and jax.jit alt
 then the geomean of the ratios. Arguments are jax arrays (jax.device_put): jax.jit copies a
 numpy argument on every call, which would tax jax.jit, not mnjit.
 
-    python benchmarks/bench_workloads.py [--quick] [--only fire_f64,mlp] [--rounds 7]
+One column per target (--targets, default ort-cpu and iree-cpu where IREE is installed). Targets other than
+ort-cpu run with fallback=True: what they refuse (IREE: while loops, scans, float Mod and Pow...) runs on
+ort-cpu through the partitioner.
+
+    python benchmarks/bench_workloads.py [--quick] [--only fire_f64,mlp] [--rounds 7] [--targets ort-cpu,iree-cpu]
 
 The machine's load is printed per workload: on a shared machine a ratio means little without it.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
@@ -89,20 +94,26 @@ WORKLOADS = {
 }
 
 
-def measure(name: str, rounds: int, quick: bool) -> float:
+def measure(name: str, rounds: int, quick: bool, targets: list[str]) -> dict[str, float]:
+    """mnjit on each target / jax.jit, timed in the same interleaved rounds."""
     label, x64, make = WORKLOADS[name]
     with jax.enable_x64(x64):
         fn, args, calls = make(quick)
-        fns = {"mnjit": mnjit(fn), "jax.jit": jax.jit(fn)}
+        fns = {t: mnjit(fn, target=t, fallback=t != "ort-cpu") for t in targets}
+        fns["jax.jit"] = jax.jit(fn)
         for f in fns.values():  # first calls: trace, convert or compile, and warm up
             jax.block_until_ready(f(*args))
             jax.block_until_ready(f(*args))
         times = steady(fns, args, rounds, calls)
-    ratio = times["mnjit"] / times["jax.jit"]
-    load = os.getloadavg()[0]
-    print(f"{label:36s} mnjit {times['mnjit'] * 1e3:9.3f} ms  jax.jit {times['jax.jit'] * 1e3:9.3f} ms  "
-          f"ratio {ratio:5.2f}  load {load:4.1f}", flush=True)
-    return ratio
+    ratios = {t: times[t] / times["jax.jit"] for t in targets}
+    columns = "  ".join(f"{t} {times[t] * 1e3:9.3f} ms {ratios[t]:5.2f}" for t in targets)
+    print(f"{label:36s} {columns}  jax.jit {times['jax.jit'] * 1e3:9.3f} ms  load {os.getloadavg()[0]:4.1f}",
+          flush=True)
+    return ratios
+
+
+def _default_targets() -> str:
+    return "ort-cpu,iree-cpu" if importlib.util.find_spec("iree") is not None else "ort-cpu"
 
 
 def main(argv=None) -> None:
@@ -110,14 +121,17 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="shorter CFD rollout and FIRE loop, 3 rounds")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--only", help="comma-separated workload names: " + ",".join(WORKLOADS))
+    parser.add_argument("--targets", default=_default_targets(), help="comma-separated mnjit targets, one column each")
     args = parser.parse_args(argv)
     names = args.only.split(",") if args.only else list(WORKLOADS)
+    targets = args.targets.split(",")
     rounds = args.rounds or (3 if args.quick else 7)
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()}; "
           f"median of {rounds} interleaved rounds; ratio = mnjit / jax.jit (< 1: mnjit faster)", flush=True)
-    ratios = {name: measure(name, rounds, args.quick) for name in names}
-    geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
-    print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} ratio {geomean:5.2f}  load {os.getloadavg()}")
+    ratios = {name: measure(name, rounds, args.quick, targets) for name in names}
+    geomeans = "  ".join(f"{t} {math.exp(sum(math.log(r[t]) for r in ratios.values()) / len(ratios)):5.2f}"
+                         for t in targets)
+    print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} {geomeans}  load {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@
   of common ops. A model with anything else is refused.
 
 - `openvino-cpu`: OpenVINO's CPU plugin, minus what it computes wrongly (targets_openvino.py).
+- `iree-cpu`: IREE compiling the model for the host CPU, minus what its ONNX importer cannot take
+  (targets_iree.py); what it refuses runs on ort-cpu under `fallback=True`.
 
 Rules never special-case a runtime. They ask `Target.compute_dtype(op, dtype)`
 which dtype to run an ONNX op in; when the runtime lacks the kernel, the
@@ -38,7 +40,7 @@ import onnx_ir as ir
 from onnx_ir.tape import Tape
 
 from hlo2onnx import host_calls
-from hlo2onnx import targets_openvino
+from hlo2onnx import targets_iree, targets_openvino
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
 
@@ -142,7 +144,7 @@ class Target:
     ops they lack but take in expanded form (`expanded`: IsNaN as x != x).
 
     A target also says where mnjit runs the model: the `runtime` package
-    (`onnxruntime` or `openvino`), its execution `providers` in order of
+    (`onnxruntime`, `openvino` or `iree`), its execution `providers` in order of
     preference, and the jax `device` platform its arrays live on.
     """
 
@@ -165,6 +167,9 @@ class Target:
     boundary_narrowed: frozenset[np.dtype] = frozenset()
     # Names of the targets that run what this one refuses, in order, for partitioned execution (fallback=True).
     fallback_chain: tuple[str, ...] = ()
+    # Ops (keyed like `wrong`) the runtime does not take at all for these dtypes (a compiler's importer lacks
+    # them): rules with another lowering take it (compute_dtype), and validate refuses what is left.
+    refused: dict[str, frozenset[np.dtype]] = field(default_factory=dict)
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)
@@ -176,7 +181,7 @@ class Target:
             return False
         if dtype == BF16 and not self.bf16_compute and op_type not in _DATA_MOVEMENT:
             return False
-        return dtype not in self.missing.get(op_type, ())
+        return dtype not in self.missing.get(op_type, ()) and dtype not in self.refused.get(op_type, ())
 
     def compute_dtype(self, op_type: str, dtype: np.dtype) -> np.dtype:
         """The dtype to run `op_type` in: `dtype` itself or the first wider one that works.
@@ -277,7 +282,17 @@ OPENVINO_CPU = Target(
                 "shifts and Pad(wrap) refused",
     runtime="openvino", providers=(), device="cpu", fallback_chain=("ort-cpu",))
 
-TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU)}
+IREE_CPU = Target(
+    "iree-cpu",
+    # ORT CPU's kernel table keeps the lowerings on paths the op tables test (f16 through f32, no bf16 math).
+    dict(ORT_CPU.missing),
+    dtypes=_parse(targets_iree.DTYPES),
+    refused={op: _parse(spec) for op, spec in targets_iree.REFUSED.items()},
+    description="IREE (iree-base-compiler) compiled for the host CPU; no int16 or unsigned types but uint8, "
+                "no Loop with scan outputs, DFT, ConvTranspose, f64 trigonometry or float scatter-min/max",
+    runtime="iree", providers=(), device="cpu", fallback_chain=("ort-cpu",))
+
+TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU)}
 
 
 def get(target: str | Target) -> Target:
@@ -347,9 +362,12 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
         if bad:
             yield f"{', '.join(bad)} would be computed in a narrower type"
             return
-    dtype = _kernel_dtype(node)
-    if dtype is not None and dtype in target.wrong.get(_kernel_key(node), ()):
+    dtype, key = _kernel_dtype(node), _kernel_key(node)
+    if dtype is not None and dtype in target.wrong.get(key, ()):
         yield f"wrong results for {dtype.name}"
+        return
+    if dtype is not None and dtype in target.refused.get(key, ()):
+        yield f"no kernel for {key if ':' in key else dtype.name}"
         return
     if target.ops is not None:  # a kernel table: check the op's dtype against it
         if dtype is not None and not target.supports(node.op_type, dtype):
@@ -358,10 +376,15 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
 
 def _kernel_key(node: ir.Node) -> str:
     """The op's key in a `wrong` table: Pad and the scatters differ by mode or reduction (`ScatterND:add`),
-    casts by the dtype they make (`Cast:int64`), TopK by whether its indices are read (`TopK:indices`)."""
+    casts by the dtype they make (`Cast:int64`), TopK by whether its indices are read (`TopK:indices`), Loop
+    by whether it has scan outputs (`Loop:scan`) or a condition (`Loop:while`)."""
     if node.op_type == "TopK" and len(node.outputs) > 1 and (node.outputs[1].uses()
                                                               or node.outputs[1].is_graph_output()):
         return "TopK:indices"  # the order of ties shows only in the indices
+    if node.op_type == "Loop" and len(node.outputs) > len(node.inputs) - 2:
+        return "Loop:scan"  # with scan outputs (values stacked per iteration) besides the carried ones
+    if node.op_type == "Loop" and (node.inputs[0] is None or node.inputs[1] is not None):
+        return "Loop:while"  # ended by a condition, not (only) by its trip count
     if node.op_type == "Cast" and node.outputs[0].dtype is not None:  # keyed by the dtype it makes
         return f"Cast:{np.dtype(node.outputs[0].dtype.numpy()).name}"
     attr = node.attributes.get("mode" if node.op_type == "Pad" else "reduction")

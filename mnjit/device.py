@@ -39,6 +39,10 @@ def require(target: Target) -> None:
         if importlib.util.find_spec("openvino") is None:
             raise TargetUnavailableError(f"target {target.name} runs on OpenVINO, which is not installed: "
                                          "pip install openvino")
+    elif target.runtime == "iree":
+        if any(importlib.util.find_spec(name) is None for name in ("iree", "iree.compiler", "iree.runtime")):
+            raise TargetUnavailableError(f"target {target.name} runs on IREE, which is not installed: "
+                                         "pip install 'mnjit[iree]' (iree-base-compiler, iree-base-runtime)")
     elif target.runtime == "onnxruntime":
         import onnxruntime as ort
 
@@ -76,6 +80,10 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
         from mnjit.openvino_runner import OpenVinoRunner
 
         return OpenVinoRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals)
+    if target.runtime == "iree":
+        from mnjit.iree_runner import IreeRunner
+
+        return IreeRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals)
     if target.device != "cpu":
         from mnjit.cuda_runner import CudaOrtRunner
 

@@ -74,7 +74,8 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
     except NotImplementedError:
         y = _conv_by_matmul(b, x, w, x_shape, w_shape, out_spatial, win, groups, dtype)
     else:
-        if any(d > 1 for d in win.lhs_dilation) and all(s == 1 for s in win.stride):
+        if any(d > 1 for d in win.lhs_dilation) and all(s == 1 for s in win.stride) \
+                and _has_kernel(b, "ConvTranspose", dtype):
             y = _conv_transpose(b, x, w, w_shape, win, groups, dtype)
         else:
             y = _conv(b, x, w, x_shape, w_shape, win, groups, dtype)
@@ -82,6 +83,15 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
         y = b.op("Squeeze", y, b.shape_const([2]))
     out_perm = [dims.output_batch_dimension, dims.output_feature_dimension] + out_sp
     return transpose_to(b, y, [int(i) for i in np.argsort(out_perm)])
+
+
+def _has_kernel(b, op_type: str, dtype) -> bool:
+    """Whether the target runs `op_type` on `dtype` or a wider type (IREE's importer lacks ConvTranspose)."""
+    try:
+        b.target.compute_dtype(op_type, dtype)
+    except NotImplementedError:
+        return False
+    return True
 
 
 def _fold_batch_groups(b, x, x_shape, count) -> tuple[ir.Value, list[int]]:

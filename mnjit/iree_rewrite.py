@@ -1,0 +1,231 @@
+"""ONNX rewrites that let IREE 3.13 compile what the translator writes (docs/runtime.md, IREE section).
+
+Each rewrite is exact, the same values by construction (tests/test_iree.py checks them at tolerance 0
+against ORT on the original model). Applied by mnjit.iree_runner to the model before import:
+
+- Pad with negative pads (StableHLO's crop, which ONNX's Pad allows): iree-compile refuses it ("expected
+  offsets to be non-negative"). The crop becomes a Slice, and the Pad keeps the non-negative pads.
+- Pad with mode="wrap" (periodic boundaries, patterns/movement.py): iree-compile did not finish in minutes
+  on a 4x5 input. It becomes the Concat of Slices it was fused from.
+- Slice with starts or ends past the axis (ONNX clamps them): iree-compile refuses a start at or past the
+  end ("slice along dimension 0 runs out-of-bounds: 18 >= 18"). Constant bounds on a static shape are
+  clamped as ONNX says; a Slice that selects nothing becomes the empty constant it is.
+- Neg on int32/int64: IREE 3.13 computes it through f32 (-(2**31 - 1) came back as -2**31). It becomes
+  Sub(0, x), which wraps as XLA does.
+- Max and Min on floats return a NaN only from their second operand, and Clip drops it (as OpenVINO's,
+  mnjit/openvino_rewrite.py). A constant operand goes first (it holds no NaN); otherwise the first operand's
+  NaN is put back with IsNaN + Where, and Clip's likewise.
+- Loop without a condition input (a trip count only: fori_loop): torch-mlir's conversion does not take the
+  empty input. A constant true condition means the same. (While loops and loops with scan outputs are
+  refused by the target: targets_iree.py.)
+
+The model must carry inferred shapes (onnx.shape_inference) for the Slice rewrite; others need none.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+_END = np.iinfo(np.int64).max  # Slice's "to the end"
+_BEFORE_START = np.iinfo(np.int64).min  # a negative-step Slice's "through index 0"
+_WIDE_INTS = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def for_iree(proto: onnx.ModelProto) -> bool:
+    """Rewrites `proto` in place (subgraphs included); True if anything changed."""
+    return _rewrite(proto.graph, {}, [0])
+
+
+def _shapes(graph: onnx.GraphProto, outer: dict[str, tuple]) -> dict[str, tuple]:
+    """Static shapes by value name (inputs, outputs, value_info, initializers); unknown dims leave a value out."""
+    shapes = dict(outer)
+    for v in [*graph.input, *graph.output, *graph.value_info]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            dims = v.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                shapes[v.name] = tuple(d.dim_value for d in dims)
+    shapes.update({t.name: tuple(t.dims) for t in graph.initializer})
+    return shapes
+
+
+def _elem_types(graph: onnx.GraphProto) -> dict[str, int]:
+    return {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output, *graph.value_info]
+            if v.type.HasField("tensor_type")}
+
+
+def _constants(graph: onnx.GraphProto, outer: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    values = dict(outer)
+    values.update({t.name: numpy_helper.to_array(t) for t in graph.initializer})
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            for attr in node.attribute:
+                if attr.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(attr.t)
+    return values
+
+
+def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list[int],
+             outer_shapes: dict[str, tuple] | None = None) -> bool:
+    constants = _constants(graph, outer)
+    shapes = _shapes(graph, outer_shapes or {})
+    elem_types = _elem_types(graph)
+    changed = False
+    new_nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                changed |= _rewrite(sub, constants, counter, shapes)
+        replacement = None
+        if node.domain in ("", "ai.onnx"):
+            if node.op_type == "Slice":
+                replacement = _clamped_slice(node, constants, shapes, graph, counter)
+            elif node.op_type == "Neg" and elem_types.get(node.input[0]) in _WIDE_INTS:
+                replacement = [helper.make_node("Sub", [_zero(graph, counter, elem_types[node.input[0]]),
+                                                        node.input[0]], list(node.output))]
+            elif node.op_type == "Loop" and len(node.input) > 1 and node.input[0] and not node.input[1]:
+                node.input[1] = _scalar(graph, counter, np.bool_(True))
+                replacement = [node]
+            elif node.op_type in ("Max", "Min") and len(node.input) == 2 and elem_types.get(node.output[0]) in _FLOATS:
+                a, b = node.input
+                if b in constants and a not in constants:
+                    node.input[0], node.input[1] = b, a
+                    replacement = [node]
+                elif a not in constants:
+                    replacement = _nan_from(node, a, counter)
+            elif node.op_type == "Clip" and elem_types.get(node.input[0]) in _FLOATS:
+                replacement = _nan_from(node, node.input[0], counter)
+        if replacement is not None:
+            new_nodes += replacement
+            changed = True
+            continue
+        pads = constants.get(node.input[1]) if node.op_type == "Pad" and len(node.input) > 1 else None
+        if pads is None or node.domain not in ("", "ai.onnx") or (len(node.input) > 3 and node.input[3]):
+            new_nodes.append(node)  # not a Pad, pads not constant, or pads over a subset of axes
+            continue
+        mode = next((a.s.decode() for a in node.attribute if a.name == "mode"), "constant")
+        rank = pads.size // 2
+        lo, hi = pads[:rank].astype(np.int64), pads[rank:].astype(np.int64)
+        if mode == "wrap" and ((lo > 0).any() or (hi > 0).any()) and (lo >= 0).all() and (hi >= 0).all():
+            new_nodes += _wrap_as_concat(node, lo, hi, graph, counter)
+            changed = True
+        elif mode == "constant" and ((lo < 0).any() or (hi < 0).any()):
+            new_nodes += _crop_then_pad(node, lo, hi, graph, counter)
+            changed = True
+        else:
+            new_nodes.append(node)
+    if changed:
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+    return changed
+
+
+def _const(graph: onnx.GraphProto, counter: list[int], values) -> str:
+    counter[0] += 1
+    name = f"__iree_const{counter[0]}"
+    graph.initializer.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+    return name
+
+
+def _zero(graph: onnx.GraphProto, counter: list[int], elem: int) -> str:
+    counter[0] += 1
+    name = f"__iree_zero{counter[0]}"
+    graph.initializer.append(numpy_helper.from_array(np.zeros((), onnx.helper.tensor_dtype_to_np_dtype(elem)), name))
+    return name
+
+
+def _scalar(graph: onnx.GraphProto, counter: list[int], value: np.generic) -> str:
+    counter[0] += 1
+    name = f"__iree_scalar{counter[0]}"
+    graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return name
+
+
+def _nan_from(node, x: str, counter: list[int]) -> list[onnx.NodeProto]:
+    """`node`, then Where(IsNaN(x), x, node's result): x's NaNs come through as XLA's max/min/clamp give them."""
+    out = node.output[0]
+    raw, isnan = _fresh(out, counter), _fresh(out, counter)
+    node.output[0] = raw
+    return [node, helper.make_node("IsNaN", [x], [isnan]), helper.make_node("Where", [isnan, x, raw], [out])]
+
+
+def _fresh(base: str, counter: list[int]) -> str:
+    counter[0] += 1
+    return f"{base}__iree{counter[0]}"
+
+
+def _slice(graph, counter, x: str, axis: int, start: int, stop: int) -> onnx.NodeProto:
+    return helper.make_node("Slice", [x, _const(graph, counter, [start]), _const(graph, counter, [stop]),
+                                      _const(graph, counter, [axis])], [_fresh(x, counter)])
+
+
+def _wrap_as_concat(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
+    """Pad(x, wrap) axis by axis: concat(x[-lo:], x, x[:hi]) (each pad at most the axis' size: ONNX's wrap)."""
+    nodes: list[onnx.NodeProto] = []
+    x = node.input[0]
+    axes = [axis for axis in range(len(lo)) if lo[axis] or hi[axis]]
+    for k, axis in enumerate(axes):
+        parts = []
+        if lo[axis]:
+            nodes.append(_slice(graph, counter, x, axis, -int(lo[axis]), _END))
+            parts.append(nodes[-1].output[0])
+        parts.append(x)
+        if hi[axis]:
+            nodes.append(_slice(graph, counter, x, axis, 0, int(hi[axis])))
+            parts.append(nodes[-1].output[0])
+        out = node.output[0] if k == len(axes) - 1 else _fresh(node.output[0], counter)
+        nodes.append(helper.make_node("Concat", parts, [out], axis=axis))
+        x = out
+    return nodes
+
+
+def _crop_then_pad(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
+    """Pad with negative pads: Slice off the cropped ends, then Pad by what is left (>= 0)."""
+    axes = [axis for axis in range(len(lo)) if lo[axis] < 0 or hi[axis] < 0]
+    starts = [int(max(-lo[a], 0)) for a in axes]
+    stops = [int(hi[a]) if hi[a] < 0 else _END for a in axes]  # a negative stop counts from the end
+    cropped = _fresh(node.output[0], counter)
+    nodes = [helper.make_node("Slice", [node.input[0], _const(graph, counter, starts), _const(graph, counter, stops),
+                                        _const(graph, counter, axes)], [cropped])]
+    rest = np.concatenate([np.maximum(lo, 0), np.maximum(hi, 0)])
+    if not rest.any():
+        nodes.append(helper.make_node("Identity", [cropped], list(node.output)))
+        return nodes
+    node.input[0] = cropped
+    node.input[1] = _const(graph, counter, rest)
+    nodes.append(node)
+    return nodes
+
+
+def _clamped_slice(node, constants, shapes, graph, counter) -> list[onnx.NodeProto] | None:
+    """The Slice with its bounds clamped into the axes as ONNX defines (None when they already are, or
+    when a bound or the shape is not static); an empty Slice as an empty constant."""
+    shape = shapes.get(node.input[0])
+    bounds = [constants.get(name) if name else None for name in list(node.input[1:]) + [""] * (5 - len(node.input))]
+    starts, ends, axes, steps = bounds
+    if shape is None or starts is None or ends is None or (len(node.input) > 3 and node.input[3] and axes is None) \
+            or (len(node.input) > 4 and node.input[4] and steps is None):
+        return None
+    rank = len(shape)
+    axes = [int(a) % rank for a in (range(len(starts)) if axes is None else axes)]
+    steps = [1] * len(axes) if steps is None else [int(s) for s in steps]
+    new_starts, new_ends, out_shape = [], [], list(shape)
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        # Python's slice.indices clamps exactly as ONNX's Slice does (both follow numpy).
+        lo, hi, _ = slice(int(start), int(end), step).indices(shape[axis])
+        out_shape[axis] = len(range(lo, hi, step))
+        new_starts.append(lo)
+        new_ends.append(_BEFORE_START if step < 0 and hi < 0 else hi)
+    if 0 in out_shape:
+        elem = _elem_types(graph).get(node.output[0])
+        if elem is None:
+            return None
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        return [helper.make_node("Constant", [], list(node.output),
+                                 value=numpy_helper.from_array(np.zeros(out_shape, dtype), node.output[0]))]
+    if list(starts) == new_starts and list(ends) == new_ends:
+        return None
+    node.input[1] = _const(graph, counter, new_starts)
+    node.input[2] = _const(graph, counter, new_ends)
+    return [node]
