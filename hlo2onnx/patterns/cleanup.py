@@ -30,9 +30,14 @@ BROADCASTING = frozenset({
 
 
 def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not all(isinstance(d, int) for d in value.shape.dims):
+    shape = value.shape if value is not None else None
+    if shape is None:
         return None
-    return tuple(value.shape.dims)
+    dims = shape.dims  # a new tuple; the loop is cheaper than all() over a generator (called ~10 times a node)
+    for d in dims:
+        if not isinstance(d, int):
+            return None
+    return dims
 
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:
@@ -204,7 +209,7 @@ _FOLD_GROWTH_ALLOWANCE = 64
 
 def canonicalize(model: ir.Model) -> None:
     """Static shapes everywhere, small constants folded, then `clean`."""
-    engine.infer_shapes(model)
+    engine.infer_shapes(model, memo={})
     _fold_constants(model)
     clean(model)
 
@@ -221,6 +226,9 @@ def _fold_constants(model: ir.Model) -> int:
     `optimize`'s time; translated graphs have only a handful of foldable nodes.)
     """
     graph, version, count = model.graph, model.opset_imports.get("", 1), 0
+    # Results by op, attributes and input values: a model repeats the same few folds (each layer of a
+    # transformer reshapes the same scalars), and the reference op costs ~0.1 ms a call.
+    evaluated: dict[tuple | None, np.ndarray | None] = {}
     for node in list(graph):
         if (node.domain != "" or node.op_type in _NO_FOLD or not node.inputs or len(node.outputs) != 1
                 or node.outputs[0].is_graph_output()
@@ -230,14 +238,26 @@ def _fold_constants(model: ir.Model) -> int:
         out, sizes = static_shape(node.outputs[0]), [v.const_value.size for v in node.inputs]
         if out is None or int(np.prod(out)) > min(_FOLD_MAX_ELEMENTS, max(sizes + [_FOLD_GROWTH_ALLOWANCE])):
             continue
-        attrs = {name: ir.serde.serialize_tensor(a.value) if a.type == ir.AttributeType.TENSOR else a.value
-                 for name, a in node.attributes.items()}
-        try:
-            result = onnx.reference.ops.load_op("", node.op_type, version).eval(
-                *[v.const_value.numpy() for v in node.inputs], **attrs)
-        except Exception:  # noqa: BLE001 (an op the reference cannot evaluate just stays)
-            continue
-        result = np.asarray(result[0] if isinstance(result, (tuple, list)) else result)
+        inputs = [v.const_value.numpy() for v in node.inputs]
+        key = _fold_key(node, inputs)
+        if key in evaluated:
+            result = evaluated[key]
+            if result is None:
+                continue
+            result = result.copy()
+        else:
+            attrs = {name: ir.serde.serialize_tensor(a.value) if a.type == ir.AttributeType.TENSOR else a.value
+                     for name, a in node.attributes.items()}
+            try:
+                result = onnx.reference.ops.load_op("", node.op_type, version).eval(*inputs, **attrs)
+            except Exception:  # noqa: BLE001 (an op the reference cannot evaluate just stays)
+                result = None
+            if result is not None:
+                result = np.asarray(result[0] if isinstance(result, (tuple, list)) else result)
+            if key is not None:
+                evaluated[key] = result
+            if result is None:
+                continue
         value = node.outputs[0]
         if result.shape != out or value.dtype is None or result.dtype != np.dtype(value.dtype.numpy()):
             continue
@@ -248,6 +268,22 @@ def _fold_constants(model: ir.Model) -> int:
         graph.remove(node, safe=True)
         count += 1
     return count
+
+
+_KEYED_ATTRIBUTES = frozenset({ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING,
+                               ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS})
+# Inputs up to this many elements in all are compared by value to reuse a fold.
+_FOLD_KEY_LIMIT = 1 << 10
+
+
+def _fold_key(node: ir.Node, inputs: list[np.ndarray]) -> tuple | None:
+    """What a fold's result depends on (None: not reused): op type, plain attributes (repr tells -0.0 from
+    0.0) and the inputs' dtype, shape and bytes."""
+    if (sum(x.size for x in inputs) > _FOLD_KEY_LIMIT or any(x.dtype.hasobject for x in inputs)
+            or any(a.type not in _KEYED_ATTRIBUTES for a in node.attributes.values())):
+        return None
+    return (node.op_type, tuple((name, a.type, repr(a.value)) for name, a in node.attributes.items()),
+            tuple((x.dtype, x.shape, x.tobytes()) for x in inputs))
 
 
 # onnxscript's rules for pairs that cancel or merge. Its module-level rule objects keep per-match state and
@@ -317,10 +353,17 @@ def unshadow_names(graph: ir.Graph, outer: frozenset[str] = frozenset()) -> None
                     unshadow_names(body, names)
 
 
+# The default-domain ops with graph attributes (ONNX's control flow); nodes of other domains may have them too.
+# all_graphs asks only these nodes: reading a node's attributes costs ~1 us, and it runs ~10 times a translation.
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
     """`graph` and every subgraph nested in it (Loop/If/Scan bodies), outer ones first."""
     found = [graph]
     for node in graph:
+        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
+            continue
         for attr in node.attributes.values():
             if attr.type == ir.AttributeType.GRAPH:
                 found.extend(all_graphs(attr.as_graph()))
