@@ -70,7 +70,7 @@ class RulePool:
 _INFERENCE_DATA_LIMIT = 64
 
 
-def _signature(rule: pattern.RewriteRule) -> tuple[str, list[str | None]] | None:
+def _signature(rule: pattern.RewriteRule) -> tuple[str, tuple[str | None, ...]] | None:
     """The pattern's root op type, and the op type producing each of its inputs (None: anything)."""
     target = getattr(rule, "_target_pattern", None)  # noqa: SLF001 (no public accessor: see the import)
     outputs = getattr(target, "output_nodes", None)
@@ -78,8 +78,8 @@ def _signature(rule: pattern.RewriteRule) -> tuple[str, list[str | None]] | None
         return None
     if len(outputs) != 1 or _op_type(outputs[0]) is None:
         return None
-    feeds = [_op_type(value.producer()) if isinstance(value, _pattern_ir.NodeOutputPattern) else None
-             for value in outputs[0].inputs]
+    feeds = tuple(_op_type(value.producer()) if isinstance(value, _pattern_ir.NodeOutputPattern) else None
+                  for value in outputs[0].inputs)
     return _op_type(outputs[0]), feeds
 
 
@@ -102,16 +102,52 @@ def _may_match(node: ir.Node, signature) -> bool:
     return True
 
 
-def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list[ir.Node]] | None = None,
+class CandidateIndex:
+    """The main graph's nodes by op type, and per pattern signature the nodes that pass `_may_match`.
+
+    A signature's answer is computed once and kept until the next rewrite changes the graph: rules share
+    signatures (the commuted copies of one pattern, up to 64), and each would otherwise pre-check every node
+    of its root op type again.
+    """
+
+    def __init__(self, graph: ir.Graph):
+        self.graph = graph
+        self.by_op: dict[str, list[ir.Node]] = {}
+        for node in graph:
+            self.by_op.setdefault(node.op_type, []).append(node)
+        self._passing: dict[tuple, set[int]] = {}
+
+    def passing(self, signature: tuple) -> set[int]:
+        """The ids of the graph's nodes that may match `signature` (the nodes are kept alive by `by_op`)."""
+        found = self._passing.get(signature)
+        if found is None:
+            found = self._passing[signature] = {
+                id(node) for node in self.by_op.get(signature[0], ())
+                if node.graph is self.graph and _may_match(node, signature)}
+        return found
+
+    def rewritten(self, new_nodes: Sequence[ir.Node]) -> None:
+        for node in new_nodes:
+            self.by_op.setdefault(node.op_type, []).append(node)
+        self._passing.clear()
+
+
+def apply_rule(model: ir.Model, rule: pattern.RewriteRule, index: CandidateIndex | None = None,
                inferred: dict | None = None) -> int:
     """Applies `rule` wherever it matches in the main graph; returns how often.
 
-    `by_op` indexes the graph's nodes by op type; rewrites add their new nodes to it. `inferred`: shape
+    `index` holds the graph's nodes by op type; rewrites add their new nodes to it. `inferred`: shape
     inference results to reuse (see infer_shapes)."""
     graph, signature, count = model.graph, _signature(rule), 0
-    candidates = list(graph) if signature is None or by_op is None else list(by_op.get(signature[0], ()))
+    if signature is None or index is None:
+        candidates, passing = list(graph), None
+    else:
+        candidates, passing = list(index.by_op.get(signature[0], ())), index.passing(signature)
     for node in candidates:
-        if node.graph is not graph or not _may_match(node, signature):  # removed by an earlier rewrite
+        if passing is not None and not count:
+            if id(node) not in passing:  # the pre-check's answer: the graph is as it was when it was computed
+                continue
+        elif node.graph is not graph or not _may_match(node, signature):  # removed by an earlier rewrite
             continue
         delta = rule.try_rewrite(model, graph, node)
         if delta is None:
@@ -131,9 +167,8 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
         ir.convenience.replace_nodes_and_values(graph, node, delta.match.nodes, delta.new_nodes,
                                                 delta.match.outputs, delta.new_outputs)
         infer_shapes(model, delta.new_nodes, inferred)
-        if by_op is not None:
-            for new in delta.new_nodes:
-                by_op.setdefault(new.op_type, []).append(new)
+        if index is not None:
+            index.rewritten(delta.new_nodes)
         count += 1
     return count
 
@@ -148,13 +183,11 @@ def _free_name(name: str, taken) -> str:
 def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counter:
     """Each rule in turn over the whole graph, so an earlier rule wins over a later one."""
     counts: Counter = Counter()
-    by_op: dict[str, list[ir.Node]] = {}
-    for node in model.graph:
-        by_op.setdefault(node.op_type, []).append(node)
+    index = CandidateIndex(model.graph)
     inferred: dict = {}  # a rule's rewrites repeat the same nodes on the same types (one per layer of a model)
     for rule in rules:
         checkpoint()  # a Ctrl-C taken by the guard is raised between rules
-        n = apply_rule(model, rule, by_op, inferred)
+        n = apply_rule(model, rule, index, inferred)
         if n:
             counts[rule.name] += n
     return counts
