@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from typing import Iterator
 
 import numpy as np
 import onnx
@@ -319,7 +320,8 @@ def clean(model: ir.Model) -> None:
             changed += remove_unused(graph)
         if not changed:
             break
-    if host_calls.host_calls(model):  # onnx-ir's pass would drop callbacks run for their effects
+    # onnx-ir's pass would drop callbacks run for their effects
+    if any(host_calls.is_host_call(node) for node in all_nodes(model.graph)):
         for graph in all_graphs(model.graph):
             remove_unused(graph)
         drop_unread_initializers(model)
@@ -373,6 +375,21 @@ def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
     return found
 
 
+def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
+    """graph.all_nodes() (each node, then the nodes of its subgraphs), asking only the nodes that can hold a
+    subgraph for them (onnx-ir's iterator reads every node's attributes: ~5x slower)."""
+    for node in graph:
+        yield node
+        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
+            continue
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from all_nodes(attr.as_graph())
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.as_graphs():
+                    yield from all_nodes(sub)
+
+
 def eliminate_common_subexpressions(graph: ir.Graph) -> int:
     """Merges nodes that apply the same op to the same inputs (onnx-ir's CSE pass sees the main graph only)."""
     seen: dict[tuple, ir.Node] = {}
@@ -413,7 +430,7 @@ def drop_unread_initializers(model: ir.Model) -> int:
     loop's old body) still lists them as inputs. ORT drops such initializers at load, and
     then fails to find them when mnjit hands it their buffers by name.
     """
-    read = {id(value) for node in model.graph.all_nodes() for value in node.inputs if value is not None}
+    read = {id(value) for node in all_nodes(model.graph) for value in node.inputs if value is not None}
     unread = [name for name, value in model.graph.initializers.items()
               if id(value) not in read and not value.is_graph_output()]
     for name in unread:
