@@ -47,6 +47,16 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     return value.const_value.numpy()
 
 
+def detach(node: ir.Node) -> None:
+    """What graph.remove(node, safe=True) does to the rest of the graph: `node` reads its inputs no more.
+
+    Passes that drop many nodes detach each at once and remove them together at the end (graph.remove copies
+    the graph's outputs into a set on every call: one node at a time, that made the passes quadratic in a
+    gradient's thousands of outputs)."""
+    for i in range(len(node.inputs)):
+        node.replace_input_with(i, None)
+
+
 class ScalarConstants:
     """Scalar initializers of one graph, shared by value."""
 
@@ -183,7 +193,7 @@ def _keep_reduced_dims(node: ir.Node) -> ir.Value | None:
 
 def drop_no_ops(graph: ir.Graph) -> int:
     """Drops no-op nodes (same shape and dtype in and out); returns how many."""
-    count = 0
+    dropped = []
     for node in list(graph):
         if node.domain != "" or len(node.outputs) != 1 or node.outputs[0].is_graph_output():
             continue
@@ -196,9 +206,11 @@ def drop_no_ops(graph: ir.Graph) -> int:
                     or result.dtype != out.dtype):
                 continue
         ir.convenience.replace_all_uses_with(out, result)
-        graph.remove(node, safe=True)
-        count += 1
-    return count
+        detach(node)
+        dropped.append(node)
+    if dropped:
+        graph.remove(dropped, safe=True)
+    return len(dropped)
 
 
 # -- the canonical form ---------------------------------------------------------------------------
@@ -226,7 +238,7 @@ def _fold_constants(model: ir.Model) -> int:
     (onnxscript's FoldConstantsPass does the same but visits every node at ~0.3 ms each, most of
     `optimize`'s time; translated graphs have only a handful of foldable nodes.)
     """
-    graph, version, count = model.graph, model.opset_imports.get("", 1), 0
+    graph, version, folded_nodes = model.graph, model.opset_imports.get("", 1), []
     # Results by op, attributes and input values: a model repeats the same few folds (each layer of a
     # transformer reshapes the same scalars), and the reference op costs ~0.1 ms a call.
     evaluated: dict[tuple | None, np.ndarray | None] = {}
@@ -266,9 +278,11 @@ def _fold_constants(model: ir.Model) -> int:
                           const_value=ir.Tensor(result, name=f"folded_{value.name}"))
         graph.register_initializer(folded)
         ir.convenience.replace_all_uses_with(value, folded)
-        graph.remove(node, safe=True)
-        count += 1
-    return count
+        detach(node)
+        folded_nodes.append(node)
+    if folded_nodes:
+        graph.remove(folded_nodes, safe=True)
+    return len(folded_nodes)
 
 
 _KEYED_ATTRIBUTES = frozenset({ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING,
@@ -415,12 +429,14 @@ def eliminate_common_subexpressions(graph: ir.Graph) -> int:
 
 def remove_unused(graph: ir.Graph) -> int:
     """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects)."""
-    count = 0
+    dropped = []
     for node in reversed(list(graph)):
         if not any(v.uses() or v.is_graph_output() for v in node.outputs) and not host_calls.pinned(node):
-            graph.remove(node, safe=True)
-            count += 1
-    return count
+            detach(node)  # its producers may go next
+            dropped.append(node)
+    if dropped:
+        graph.remove(dropped, safe=True)
+    return len(dropped)
 
 
 def drop_unread_initializers(model: ir.Model) -> int:
