@@ -1,17 +1,23 @@
 """Conversion cost against jax's own lowering: transformers of L = 1, 4, 16, 64 layers, forward and gradient.
 
-    python benchmarks/bench_convert.py [--layers 1,4,16,64] [--profile]
+    python benchmarks/bench_convert.py [--layers 1,4,16,64] [--reps 3] [--profile]
 
-Prints, per model: StableHLO ops, ONNX nodes, jax's lower() time, hlo2onnx's translate time (parse to
-optimized model) and its ratio to lower(), and ORT session-creation time. The growth should stay linear
-in the op count. `--profile` prints the translator's top functions (cProfile) for the largest model.
+Prints, per model: StableHLO ops, ONNX nodes, jax's lower() time (trace + lower, a fresh jax.jit each
+time), hlo2onnx's translate time (everything after lower(): parse to optimized model) and its ratio to
+lower(), the same ratio in CPU time (steadier on a shared machine), the translate time per op, and ORT's
+session-creation time. lower() and translate alternate `--reps` times and each takes its median, so both
+see the same machine. The summary gives the ratio for the largest model and the cost per op at each size
+against the smallest: a flat column is linear growth in the op count. `--profile` prints the translator's
+top functions (cProfile) for the largest model.
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import os
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -75,44 +81,71 @@ def _count_ops(module) -> int:
     return count
 
 
-def measure(name: str, fun, args, profile: bool = False) -> None:
-    start = time.perf_counter()
-    lowered = jax.jit(fun, keep_unused=True).trace(*args).lower()
-    module = lowered.compiler_ir("stablehlo")
-    lower_s = time.perf_counter() - start
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def measure(name: str, fun, args, reps: int, profile: bool = False) -> dict[str, float]:
+    """Times lower() and translate alternately `reps` times (medians); prints one row."""
+    lower_wall, lower_cpu, translate_wall, translate_cpu = [], [], [], []
+    for _ in range(reps):
+        gc.collect()  # neither side pays for the other's garbage
+        wall, cpu = time.perf_counter(), time.process_time()
+        # A new function each time: jax caches a trace by the function it was given.
+        module = jax.jit(lambda *a: fun(*a), keep_unused=True).trace(*args).lower().compiler_ir("stablehlo")
+        lower_wall.append(time.perf_counter() - wall)
+        lower_cpu.append(time.process_time() - cpu)
+        gc.collect()
+        wall, cpu = time.perf_counter(), time.process_time()
+        model = hlo2onnx.translate(module)
+        translate_wall.append(time.perf_counter() - wall)
+        translate_cpu.append(time.process_time() - cpu)
     ops = _count_ops(module)
-    profiler = cProfile.Profile() if profile else None
-    start = time.perf_counter()
-    if profiler:
+    if profile:
+        profiler = cProfile.Profile()
         profiler.enable()
-    model = hlo2onnx.translate(module)
-    if profiler:
+        hlo2onnx.translate(module)
         profiler.disable()
-    translate_s = time.perf_counter() - start
     nodes = sum(1 for _ in model.graph.all_nodes())
     start = time.perf_counter()
     create_session(model, ["CPUExecutionProvider"])
     session_s = time.perf_counter() - start
-    print(f"{name:<22}{ops:>8}{nodes:>8}{lower_s * 1e3:>10.0f}{translate_s * 1e3:>12.0f}"
-          f"{translate_s / lower_s:>9.2f}x{translate_s / ops * 1e3:>10.3f}{session_s * 1e3:>11.0f}", flush=True)
-    if profiler:
+    row = {"ops": ops, "lower": _median(lower_wall), "translate": _median(translate_wall),
+           "cpu_ratio": _median(translate_cpu) / _median(lower_cpu)}
+    row["ratio"] = row["translate"] / row["lower"]
+    print(f"{name:<22}{ops:>8}{nodes:>8}{row['lower'] * 1e3:>10.0f}{row['translate'] * 1e3:>13.0f}"
+          f"{row['ratio']:>9.2f}x{row['cpu_ratio']:>9.2f}x{row['translate'] / ops * 1e6:>9.1f}{session_s * 1e3:>11.0f}",
+          flush=True)
+    if profile:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+    return row
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="1,4,16,64")
+    parser.add_argument("--reps", type=int, default=3, help="lower/translate pairs per model (medians)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"jax {jax.__version__}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'model':<22}{'ops':>8}{'nodes':>8}{'lower ms':>10}{'translate ms':>13}{'/lower':>10}"
-          f"{'ms/op':>10}{'session ms':>11}")
+          f"{'cpu':>10}{'us/op':>9}{'session ms':>11}")
     layer_counts = [int(n) for n in args.layers.split(",")]
+    rows: dict[tuple[str, int], dict[str, float]] = {}
     for layers in layer_counts:
         forward, grad, fargs = transformer(layers)
         last = layers == layer_counts[-1]
-        measure(f"forward L={layers}", forward, fargs, profile=args.profile and last)
-        measure(f"gradient L={layers}", grad, fargs, profile=args.profile and last)
+        for kind, fun in (("forward", forward), ("gradient", grad)):
+            rows[kind, layers] = measure(f"{kind} L={layers}", fun, fargs, args.reps, profile=args.profile and last)
+    largest, smallest = layer_counts[-1], layer_counts[0]
+    for kind in ("forward", "gradient"):
+        row = rows[kind, largest]
+        base = rows[kind, smallest]["translate"] / rows[kind, smallest]["ops"]
+        per_op = ", ".join(f"L={n}: {rows[kind, n]['translate'] / rows[kind, n]['ops'] / base:.2f}"
+                           for n in layer_counts)
+        print(f"{kind}: translate/lower at {row['ops']} ops (L={largest}) {row['ratio']:.2f}x "
+              f"(cpu {row['cpu_ratio']:.2f}x); translate cost per op against L={smallest}: {per_op}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from typing import Sequence
 
 import numpy as np
 import onnx_ir as ir
-from onnx_ir.tape import Tape
 
 from hlo2onnx.targets import Target
 from hlo2onnx.types import TensorType, onnx_dtype, set_type
@@ -23,11 +22,30 @@ def _has_zero_size(shape: ir.Value | None) -> bool:
     return tensor is not None and 0 in tensor.numpy().reshape(-1).tolist()
 
 
+def _attributes(attrs: dict) -> list[ir.Attr]:
+    """ir.convenience.convert_attributes, faster for the plain ints, floats, strings and int lists rules pass
+    (it tells a list from a graph or tensor with isinstance checks against protocols, ~20 us per attribute);
+    anything else is left to it, so every attribute gets the type it would give."""
+    converted = []
+    for name, value in attrs.items():
+        kind = type(value)
+        if kind is int:
+            converted.append(ir.AttrInt64(name, value))
+        elif kind is float:
+            converted.append(ir.AttrFloat32(name, value))
+        elif kind is str:
+            converted.append(ir.AttrString(name, value))
+        elif (kind is list or kind is tuple) and value and all(type(x) is int for x in value):
+            converted.append(ir.AttrInt64s(name, value))
+        else:
+            converted.append(ir.convenience.convert_attribute(name, value))
+    return converted
+
+
 class Builder:
     def __init__(self, graph: ir.Graph, target: Target, root: "Builder | None" = None):
         self.graph = graph
         self.target = target
-        self._tape = Tape(graph)
         # Initializers always live in the root graph (ONNX subgraphs may read outer values).
         self._root = root or self
         self._consts: dict[tuple, ir.Value] = {}
@@ -46,11 +64,11 @@ class Builder:
             if -1 in inputs[1].const_value.numpy().reshape(-1).tolist():
                 raise NotImplementedError("reshape to a 0-size shape with a dynamic dimension")
             attrs["allowzero"] = 1
-        return self._tape.op(op_type, list(inputs), attrs or None)
+        return ir.Node("", op_type, inputs, _attributes(attrs), graph=self.graph).outputs[0]
 
     def ops(self, op_type: str, *inputs: ir.Value | None, num_outputs: int, domain: str = "",
             **attrs) -> Sequence[ir.Value]:
-        return self._tape.op_multi_out(op_type, list(inputs), attrs or None, num_outputs=num_outputs, domain=domain)
+        return ir.Node(domain, op_type, inputs, _attributes(attrs), num_outputs=num_outputs, graph=self.graph).outputs
 
     def typed(self, op_type: str, *inputs: ir.Value, dtype: np.dtype, result_dtype: np.dtype | None = None,
               cast: Sequence[int] | None = None, **attrs) -> ir.Value:

@@ -14,7 +14,7 @@ import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 
 from hlo2onnx import ops  # noqa: F401  (fills the rule table)
-from hlo2onnx import targets
+from hlo2onnx import collector, targets
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
@@ -60,7 +60,8 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     """
     target = targets.get(target)
     check_opset(opset)
-    with InterruptGuard():  # Ctrl-C raised, not lost in a garbage-collector callback
+    # Ctrl-C raised, not lost in a garbage-collector callback; the collector waits (hlo2onnx/collector.py).
+    with InterruptGuard(), collector.paused():
         return _run(module, target, opset, name, fuse, progress, {} if timings is None else timings, adjust,
                     host_callbacks)
 

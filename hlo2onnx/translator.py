@@ -25,6 +25,7 @@ from hlo2onnx.provenance import tag_nodes
 from hlo2onnx.targets import Target
 from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, is_token, set_type, tensor_type
 
+_UNSEEN = object()
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
 # Replaces one op's rule inside one emit_block call: (builder, inputs) -> outputs. Keyed by the op's first result.
 Override = Callable[[Builder, list[ir.Value]], list[ir.Value]]
@@ -77,6 +78,11 @@ class Translator:
         # Values of the enclosing blocks: case/if regions read them directly (they are not isolated from above).
         self._env: Mapping[mlir.Value, ir.Value] = {}
         self._call_sites: list[str | None] = []  # source lines of the func.calls being inlined
+        # MLIR uniques types and locations, so each distinct one is converted once: printing a location costs
+        # ~20 us, a type ~6 us, against ~1 us to look it up (locations by their attribute: a Location's own
+        # hash is its Python object's).
+        self._types: dict[mlir.Type, TensorType] = {}
+        self._lines: dict[mlir.Attribute, str | None] = {}
 
     # -- entry -------------------------------------------------------------------
     def translate(self, name: str = "main", graph_name: str = "main") -> ir.Model:
@@ -154,7 +160,14 @@ class Translator:
     def where(self, op: mlir.Operation) -> str | None:
         """The op's user source line; for an op in a JAX-internal function (jnp.linalg's LAPACK calls carry
         only a name), the line of the innermost call that has one."""
-        return source_line(op.location) or next((w for w in reversed(self._call_sites) if w), None)
+        return self._source_line(op.location) or next((w for w in reversed(self._call_sites) if w), None)
+
+    def _source_line(self, location: mlir.Location) -> str | None:
+        key = location.attr
+        line = self._lines.get(key, _UNSEEN)
+        if line is _UNSEEN:
+            line = self._lines[key] = source_line(location)
+        return line
 
     def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
         checkpoint()  # a Ctrl-C taken by the guard (hlo2onnx.interrupts) is raised between ops
@@ -205,8 +218,13 @@ class Translator:
             self._call_sites.pop()
 
     def _type_of(self, value: mlir.Value, name: str, op=None) -> TensorType:
+        mlir_type = value.type
+        found = self._types.get(mlir_type)
+        if found is not None:
+            return found
         try:
-            return tensor_type(value.type)
+            found = self._types[mlir_type] = tensor_type(mlir_type)
+            return found
         except (UnsupportedTypeError, ValueError) as e:
             where = self.where(op) if op is not None else None
             raise UnsupportedOpError(name, where, f"type {value.type}: {e}") from None

@@ -36,7 +36,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from hlo2onnx.patterns import algebra, attention, body_shapes, convolution, engine, last_axis, movement, remainder
-from hlo2onnx.patterns.cleanup import canonicalize, clean, drop_unread_initializers
+from hlo2onnx.patterns.cleanup import all_nodes, canonicalize, clean, drop_unread_initializers
 from hlo2onnx.patterns.fusions import accumulate_into_gemms, fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
 from hlo2onnx.targets import Target
@@ -73,7 +73,7 @@ _EXTRA_RULES = engine.RulePool(_build_extra_rules)
 def optimize_report(model: ir.Model, target: Target) -> Report:
     """Rewrites `model` in place; returns which fusions fired and the node counts before and after."""
     start = time.perf_counter()
-    ops_before = Counter(node.op_type for node in model.graph.all_nodes())
+    ops_before = Counter(node.op_type for node in all_nodes(model.graph))
     opset = model.opset_imports.get("", 0)
     report = Report(nodes_before=sum(ops_before.values()), ops_before=dict(ops_before))
     body_shapes.fill_elementwise_shapes(model)  # before the clean-up, whose rules need static shapes
@@ -99,7 +99,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     drop_unread_initializers(model)
     common_passes.OutputFixPass()(model)
     common_passes.NameFixPass()(model)
-    ops_after = Counter(node.op_type for node in model.graph.all_nodes())
+    ops_after = Counter(node.op_type for node in all_nodes(model.graph))
     report.nodes_after, report.ops_after = sum(ops_after.values()), dict(ops_after)
     report.seconds = time.perf_counter() - start
     return report

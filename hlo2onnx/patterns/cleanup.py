@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from typing import Iterator
 
 import numpy as np
 import onnx
@@ -30,15 +31,30 @@ BROADCASTING = frozenset({
 
 
 def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not all(isinstance(d, int) for d in value.shape.dims):
+    shape = value.shape if value is not None else None
+    if shape is None:
         return None
-    return tuple(value.shape.dims)
+    dims = shape.dims  # a new tuple; the loop is cheaper than all() over a generator (called ~10 times a node)
+    for d in dims:
+        if not isinstance(d, int):
+            return None
+    return dims
 
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:
     if value is None or value.const_value is None:
         return None
     return value.const_value.numpy()
+
+
+def detach(node: ir.Node) -> None:
+    """What graph.remove(node, safe=True) does to the rest of the graph: `node` reads its inputs no more.
+
+    Passes that drop many nodes detach each at once and remove them together at the end (graph.remove copies
+    the graph's outputs into a set on every call: one node at a time, that made the passes quadratic in a
+    gradient's thousands of outputs)."""
+    for i in range(len(node.inputs)):
+        node.replace_input_with(i, None)
 
 
 class ScalarConstants:
@@ -186,7 +202,7 @@ def _keep_reduced_dims(node: ir.Node) -> ir.Value | None:
 
 def drop_no_ops(graph: ir.Graph) -> int:
     """Drops no-op nodes (same shape and dtype in and out); returns how many."""
-    count = 0
+    dropped = []
     for node in list(graph):
         if node.domain != "" or len(node.outputs) != 1 or node.outputs[0].is_graph_output():
             continue
@@ -199,9 +215,11 @@ def drop_no_ops(graph: ir.Graph) -> int:
                     or result.dtype != out.dtype):
                 continue
         ir.convenience.replace_all_uses_with(out, result)
-        graph.remove(node, safe=True)
-        count += 1
-    return count
+        detach(node)
+        dropped.append(node)
+    if dropped:
+        graph.remove(dropped, safe=True)
+    return len(dropped)
 
 
 # -- the canonical form ---------------------------------------------------------------------------
@@ -213,7 +231,7 @@ _FOLD_GROWTH_ALLOWANCE = 64
 
 def canonicalize(model: ir.Model) -> None:
     """Static shapes everywhere, small constants folded, then `clean`."""
-    engine.infer_shapes(model)
+    engine.infer_shapes(model, memo={})
     _fold_constants(model)
     clean(model)
 
@@ -229,7 +247,10 @@ def _fold_constants(model: ir.Model) -> int:
     (onnxscript's FoldConstantsPass does the same but visits every node at ~0.3 ms each, most of
     `optimize`'s time; translated graphs have only a handful of foldable nodes.)
     """
-    graph, version, count = model.graph, model.opset_imports.get("", 1), 0
+    graph, version, folded_nodes = model.graph, model.opset_imports.get("", 1), []
+    # Results by op, attributes and input values: a model repeats the same few folds (each layer of a
+    # transformer reshapes the same scalars), and the reference op costs ~0.1 ms a call.
+    evaluated: dict[tuple | None, np.ndarray | None] = {}
     for node in list(graph):
         if (node.domain != "" or node.op_type in _NO_FOLD or not node.inputs or len(node.outputs) != 1
                 or node.outputs[0].is_graph_output()
@@ -239,14 +260,26 @@ def _fold_constants(model: ir.Model) -> int:
         out, sizes = static_shape(node.outputs[0]), [v.const_value.size for v in node.inputs]
         if out is None or int(np.prod(out)) > min(_FOLD_MAX_ELEMENTS, max(sizes + [_FOLD_GROWTH_ALLOWANCE])):
             continue
-        attrs = {name: ir.serde.serialize_tensor(a.value) if a.type == ir.AttributeType.TENSOR else a.value
-                 for name, a in node.attributes.items()}
-        try:
-            result = onnx.reference.ops.load_op("", node.op_type, version).eval(
-                *[v.const_value.numpy() for v in node.inputs], **attrs)
-        except Exception:  # noqa: BLE001 (an op the reference cannot evaluate just stays)
-            continue
-        result = np.asarray(result[0] if isinstance(result, (tuple, list)) else result)
+        inputs = [v.const_value.numpy() for v in node.inputs]
+        key = _fold_key(node, inputs)
+        if key in evaluated:
+            result = evaluated[key]
+            if result is None:
+                continue
+            result = result.copy()
+        else:
+            attrs = {name: ir.serde.serialize_tensor(a.value) if a.type == ir.AttributeType.TENSOR else a.value
+                     for name, a in node.attributes.items()}
+            try:
+                result = onnx.reference.ops.load_op("", node.op_type, version).eval(*inputs, **attrs)
+            except Exception:  # noqa: BLE001 (an op the reference cannot evaluate just stays)
+                result = None
+            if result is not None:
+                result = np.asarray(result[0] if isinstance(result, (tuple, list)) else result)
+            if key is not None:
+                evaluated[key] = result
+            if result is None:
+                continue
         value = node.outputs[0]
         if result.shape != out or value.dtype is None or result.dtype != np.dtype(value.dtype.numpy()):
             continue
@@ -254,9 +287,27 @@ def _fold_constants(model: ir.Model) -> int:
                           const_value=ir.Tensor(result, name=f"folded_{value.name}"))
         graph.register_initializer(folded)
         ir.convenience.replace_all_uses_with(value, folded)
-        graph.remove(node, safe=True)
-        count += 1
-    return count
+        detach(node)
+        folded_nodes.append(node)
+    if folded_nodes:
+        graph.remove(folded_nodes, safe=True)
+    return len(folded_nodes)
+
+
+_KEYED_ATTRIBUTES = frozenset({ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING,
+                               ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS})
+# Inputs up to this many elements in all are compared by value to reuse a fold.
+_FOLD_KEY_LIMIT = 1 << 10
+
+
+def _fold_key(node: ir.Node, inputs: list[np.ndarray]) -> tuple | None:
+    """What a fold's result depends on (None: not reused): op type, plain attributes (repr tells -0.0 from
+    0.0) and the inputs' dtype, shape and bytes."""
+    if (sum(x.size for x in inputs) > _FOLD_KEY_LIMIT or any(x.dtype.hasobject for x in inputs)
+            or any(a.type not in _KEYED_ATTRIBUTES for a in node.attributes.values())):
+        return None
+    return (node.op_type, tuple((name, a.type, repr(a.value)) for name, a in node.attributes.items()),
+            tuple((x.dtype, x.shape, x.tobytes()) for x in inputs))
 
 
 # onnxscript's rules for pairs that cancel or merge. Its module-level rule objects keep per-match state and
@@ -292,7 +343,8 @@ def clean(model: ir.Model) -> None:
             changed += remove_unused(graph)
         if not changed:
             break
-    if host_calls.host_calls(model):  # onnx-ir's pass would drop callbacks run for their effects
+    # onnx-ir's pass would drop callbacks run for their effects
+    if any(host_calls.is_host_call(node) for node in all_nodes(model.graph)):
         for graph in all_graphs(model.graph):
             remove_unused(graph)
         drop_unread_initializers(model)
@@ -326,10 +378,17 @@ def unshadow_names(graph: ir.Graph, outer: frozenset[str] = frozenset()) -> None
                     unshadow_names(body, names)
 
 
+# The default-domain ops with graph attributes (ONNX's control flow); nodes of other domains may have them too.
+# all_graphs asks only these nodes: reading a node's attributes costs ~1 us, and it runs ~10 times a translation.
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
     """`graph` and every subgraph nested in it (Loop/If/Scan bodies), outer ones first."""
     found = [graph]
     for node in graph:
+        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
+            continue
         for attr in node.attributes.values():
             if attr.type == ir.AttributeType.GRAPH:
                 found.extend(all_graphs(attr.as_graph()))
@@ -337,6 +396,21 @@ def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
                 for sub in attr.as_graphs():
                     found.extend(all_graphs(sub))
     return found
+
+
+def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
+    """graph.all_nodes() (each node, then the nodes of its subgraphs), asking only the nodes that can hold a
+    subgraph for them (onnx-ir's iterator reads every node's attributes: ~5x slower)."""
+    for node in graph:
+        yield node
+        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
+            continue
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from all_nodes(attr.as_graph())
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.as_graphs():
+                    yield from all_nodes(sub)
 
 
 def eliminate_common_subexpressions(graph: ir.Graph) -> int:
@@ -364,12 +438,14 @@ def eliminate_common_subexpressions(graph: ir.Graph) -> int:
 
 def remove_unused(graph: ir.Graph) -> int:
     """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects)."""
-    count = 0
+    dropped = []
     for node in reversed(list(graph)):
         if not any(v.uses() or v.is_graph_output() for v in node.outputs) and not host_calls.pinned(node):
-            graph.remove(node, safe=True)
-            count += 1
-    return count
+            detach(node)  # its producers may go next
+            dropped.append(node)
+    if dropped:
+        graph.remove(dropped, safe=True)
+    return len(dropped)
 
 
 def drop_unread_initializers(model: ir.Model) -> int:
@@ -379,7 +455,7 @@ def drop_unread_initializers(model: ir.Model) -> int:
     loop's old body) still lists them as inputs. ORT drops such initializers at load, and
     then fails to find them when mnjit hands it their buffers by name.
     """
-    read = {id(value) for node in model.graph.all_nodes() for value in node.inputs if value is not None}
+    read = {id(value) for node in all_nodes(model.graph) for value in node.inputs if value is not None}
     unread = [name for name, value in model.graph.initializers.items()
               if id(value) not in read and not value.is_graph_output()]
     for name in unread:

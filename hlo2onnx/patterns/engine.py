@@ -70,7 +70,7 @@ class RulePool:
 _INFERENCE_DATA_LIMIT = 64
 
 
-def _signature(rule: pattern.RewriteRule) -> tuple[str, list[str | None]] | None:
+def _signature(rule: pattern.RewriteRule) -> tuple[str, tuple[str | None, ...]] | None:
     """The pattern's root op type, and the op type producing each of its inputs (None: anything)."""
     target = getattr(rule, "_target_pattern", None)  # noqa: SLF001 (no public accessor: see the import)
     outputs = getattr(target, "output_nodes", None)
@@ -78,8 +78,8 @@ def _signature(rule: pattern.RewriteRule) -> tuple[str, list[str | None]] | None
         return None
     if len(outputs) != 1 or _op_type(outputs[0]) is None:
         return None
-    feeds = [_op_type(value.producer()) if isinstance(value, _pattern_ir.NodeOutputPattern) else None
-             for value in outputs[0].inputs]
+    feeds = tuple(_op_type(value.producer()) if isinstance(value, _pattern_ir.NodeOutputPattern) else None
+                  for value in outputs[0].inputs)
     return _op_type(outputs[0]), feeds
 
 
@@ -102,14 +102,52 @@ def _may_match(node: ir.Node, signature) -> bool:
     return True
 
 
-def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list[ir.Node]] | None = None) -> int:
+class CandidateIndex:
+    """The main graph's nodes by op type, and per pattern signature the nodes that pass `_may_match`.
+
+    A signature's answer is computed once and kept until the next rewrite changes the graph: rules share
+    signatures (the commuted copies of one pattern, up to 64), and each would otherwise pre-check every node
+    of its root op type again.
+    """
+
+    def __init__(self, graph: ir.Graph):
+        self.graph = graph
+        self.by_op: dict[str, list[ir.Node]] = {}
+        for node in graph:
+            self.by_op.setdefault(node.op_type, []).append(node)
+        self._passing: dict[tuple, set[int]] = {}
+
+    def passing(self, signature: tuple) -> set[int]:
+        """The ids of the graph's nodes that may match `signature` (the nodes are kept alive by `by_op`)."""
+        found = self._passing.get(signature)
+        if found is None:
+            found = self._passing[signature] = {
+                id(node) for node in self.by_op.get(signature[0], ())
+                if node.graph is self.graph and _may_match(node, signature)}
+        return found
+
+    def rewritten(self, new_nodes: Sequence[ir.Node]) -> None:
+        for node in new_nodes:
+            self.by_op.setdefault(node.op_type, []).append(node)
+        self._passing.clear()
+
+
+def apply_rule(model: ir.Model, rule: pattern.RewriteRule, index: CandidateIndex | None = None,
+               inferred: dict | None = None) -> int:
     """Applies `rule` wherever it matches in the main graph; returns how often.
 
-    `by_op` indexes the graph's nodes by op type; rewrites add their new nodes to it."""
+    `index` holds the graph's nodes by op type; rewrites add their new nodes to it. `inferred`: shape
+    inference results to reuse (see infer_shapes)."""
     graph, signature, count = model.graph, _signature(rule), 0
-    candidates = list(graph) if signature is None or by_op is None else list(by_op.get(signature[0], ()))
+    if signature is None or index is None:
+        candidates, passing = list(graph), None
+    else:
+        candidates, passing = list(index.by_op.get(signature[0], ())), index.passing(signature)
     for node in candidates:
-        if node.graph is not graph or not _may_match(node, signature):  # removed by an earlier rewrite
+        if passing is not None and not count:
+            if id(node) not in passing:  # the pre-check's answer: the graph is as it was when it was computed
+                continue
+        elif node.graph is not graph or not _may_match(node, signature):  # removed by an earlier rewrite
             continue
         delta = rule.try_rewrite(model, graph, node)
         if delta is None:
@@ -128,10 +166,9 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, by_op: dict[str, list
         inherit_sources(delta.match.nodes, delta.new_nodes, rule.name)
         ir.convenience.replace_nodes_and_values(graph, node, delta.match.nodes, delta.new_nodes,
                                                 delta.match.outputs, delta.new_outputs)
-        infer_shapes(model, delta.new_nodes)
-        if by_op is not None:
-            for new in delta.new_nodes:
-                by_op.setdefault(new.op_type, []).append(new)
+        infer_shapes(model, delta.new_nodes, inferred)
+        if index is not None:
+            index.rewritten(delta.new_nodes)
         count += 1
     return count
 
@@ -146,12 +183,11 @@ def _free_name(name: str, taken) -> str:
 def apply_rules(model: ir.Model, rules: Iterable[pattern.RewriteRule]) -> Counter:
     """Each rule in turn over the whole graph, so an earlier rule wins over a later one."""
     counts: Counter = Counter()
-    by_op: dict[str, list[ir.Node]] = {}
-    for node in model.graph:
-        by_op.setdefault(node.op_type, []).append(node)
+    index = CandidateIndex(model.graph)
+    inferred: dict = {}  # a rule's rewrites repeat the same nodes on the same types (one per layer of a model)
     for rule in rules:
         checkpoint()  # a Ctrl-C taken by the guard is raised between rules
-        n = apply_rule(model, rule, by_op)
+        n = apply_rule(model, rule, index, inferred)
         if n:
             counts[rule.name] += n
     return counts
@@ -164,8 +200,11 @@ def _type_proto(value: ir.Value) -> onnx.TypeProto:
     return proto
 
 
-def infer_shapes(model: ir.Model, nodes: Iterable[ir.Node] | None = None) -> None:
-    """ONNX shape inference node by node, for outputs that have no static shape yet (graph order is topological)."""
+def infer_shapes(model: ir.Model, nodes: Iterable[ir.Node] | None = None, memo: dict | None = None) -> None:
+    """ONNX shape inference node by node, for outputs that have no static shape yet (graph order is topological).
+
+    `memo` keeps each result by what it depends on (_inference_key) for the next node that asks the same: ONNX's
+    inference goes through protobuf, ~0.1 ms a node."""
     opsets = model.opset_imports
     for node in model.graph if nodes is None else nodes:
         if all(v.type is not None and v.shape is not None for v in node.outputs):
@@ -177,15 +216,59 @@ def infer_shapes(model: ir.Model, nodes: Iterable[ir.Node] | None = None) -> Non
         for v in node.outputs:
             if v.name is None:
                 v.name = f"{node.op_type.lower()}_{id(v)}"
-        data = {v.name: ir.serde.serialize_tensor(v.const_value) for v in inputs
-                if v.const_value is not None and v.const_value.size <= _INFERENCE_DATA_LIMIT}
+        key = _inference_key(node, opsets) if memo is not None else None
         try:
-            schema = onnx.defs.get_schema(node.op_type, opsets[node.domain], node.domain)
-            inferred = onnx.shape_inference.infer_node_outputs(
-                schema, ir.serde.serialize_node(node), {v.name: _type_proto(v) for v in inputs}, data)
-        except Exception:  # noqa: BLE001 (inference is best effort: a rule's check then fails on the shape)
+            known = key is not None and key in memo
+        except TypeError:  # a type or dim onnx-ir cannot hash: inferred afresh
+            known, key = False, None
+        if known:
+            protos = memo[key]
+        else:
+            protos = _infer_node(node, inputs, opsets)
+            if key is not None:
+                memo[key] = protos
+        for v, proto in zip(node.outputs, protos or ()):
+            if proto is not None:
+                v.type = ir.serde.deserialize_type_proto_for_type(proto)
+                v.shape = ir.serde.deserialize_type_proto_for_shape(proto)
+
+
+def _infer_node(node: ir.Node, inputs: list[ir.Value], opsets) -> list[onnx.TypeProto | None] | None:
+    """ONNX's inferred type of each output of `node` (None where it has none), or None if inference failed."""
+    data = {v.name: ir.serde.serialize_tensor(v.const_value) for v in inputs
+            if v.const_value is not None and v.const_value.size <= _INFERENCE_DATA_LIMIT}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets[node.domain], node.domain)
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema, ir.serde.serialize_node(node), {v.name: _type_proto(v) for v in inputs}, data)
+    except Exception:  # noqa: BLE001 (inference is best effort: a rule's check then fails on the shape)
+        return None
+    return [inferred.get(v.name) for v in node.outputs]
+
+
+_KEYED_ATTRIBUTES = frozenset({ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING,
+                               ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS})
+
+
+def _inference_key(node: ir.Node, opsets) -> tuple | None:
+    """All that ONNX's inference reads of `node`: op, opset, plain attributes, and per input its type, shape,
+    small constant value and which earlier input has its name (inference sees inputs by name); None when an
+    attribute is of another kind."""
+    if any(a.type not in _KEYED_ATTRIBUTES for a in node.attributes.values()):
+        return None
+    names: dict[str, int] = {}
+    inputs = []
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            inputs.append(None)
             continue
-        for v in node.outputs:
-            if v.name in inferred:
-                v.type = ir.serde.deserialize_type_proto_for_type(inferred[v.name])
-                v.shape = ir.serde.deserialize_type_proto_for_shape(inferred[v.name])
+        const = v.const_value
+        data = None
+        if const is not None and const.size <= _INFERENCE_DATA_LIMIT:
+            array = const.numpy()
+            if array.dtype.hasobject:
+                return None
+            data = (array.dtype, array.shape, array.tobytes())
+        inputs.append((v.type, None if v.shape is None else v.shape.dims, data, names.setdefault(v.name, i)))
+    return (node.domain, node.op_type, opsets.get(node.domain), len(node.outputs),
+            tuple((name, a.type, repr(a.value)) for name, a in node.attributes.items()), tuple(inputs))

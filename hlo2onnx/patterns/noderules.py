@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.patterns.base import numpy_dtype
-from hlo2onnx.patterns.cleanup import const_array, static_shape
+from hlo2onnx.patterns.cleanup import const_array, detach, static_shape
 from hlo2onnx.provenance import inherit_sources
 from hlo2onnx.targets import Target
 
@@ -92,7 +92,7 @@ NodeRule = Callable[[ir.Node, Emitter], "ir.Value | None"]
 
 def rewrite(graph: ir.Graph, rules: Mapping[str, NodeRule], target: Target | None = None, opset: int = 0) -> int:
     """One sweep of `rules` (op type -> rule) over `graph`; returns how many nodes were replaced."""
-    count = 0
+    replaced: list[ir.Node] = []
     for node in list(graph):
         rule = rules.get(node.op_type)
         if rule is None or node.graph is not graph or node.domain != "" or len(node.outputs) != 1:
@@ -118,6 +118,8 @@ def rewrite(graph: ir.Graph, rules: Mapping[str, NodeRule], target: Target | Non
         feeding = [v.producer() for v in node.inputs if v is not None and v.producer() is not None
                    and all(user is node for user, _ in v.uses())]
         inherit_sources([node, *feeding], emit.created, None)
-        graph.remove(node, safe=True)
-        count += 1
-    return count
+        detach(node)  # removed with the others at the end (see cleanup.detach)
+        replaced.append(node)
+    if replaced:
+        graph.remove(replaced, safe=True)
+    return len(replaced)
