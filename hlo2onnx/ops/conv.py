@@ -15,9 +15,10 @@ import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx.ops.dims import refuse
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.ops.window import axis_slice, dilate
-from hlo2onnx.registry import register
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 
 
@@ -33,6 +34,9 @@ class ConvWindow:
     reversal: list[bool]
 
 
+allow_dynamic("stablehlo.convolution")
+
+
 @register("stablehlo.convolution")
 def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_count=1, batch_group_count=1,
                 window_strides=None, padding=None, lhs_dilation=None, rhs_dilation=None, window_reversal=None):
@@ -42,6 +46,13 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
     if feature_group_count > 1 and batch_group_count > 1:
         raise NotImplementedError("feature_group_count and batch_group_count both above 1")
     out_shape = ctx.out_type.shape
+    # A symbolic batch is all ONNX Conv and the MatMul fallback need (their reshapes keep it as the one -1).
+    rank = ctx.in_types[0].rank
+    why = "only the batch dimension of a convolution may be symbolic"
+    refuse(ctx, [d for d in range(rank) if d != dims.input_batch_dimension or batch_group_count > 1], why)
+    refuse(ctx, range(rank), why, operand=1)
+    if 0 in ctx.in_types[1].shape:
+        refuse(ctx, range(rank), "an empty kernel gives a result of zeros, which needs a static shape")
     if 0 in ctx.in_types[1].shape and 0 not in out_shape and all(isinstance(d, int) for d in out_shape):
         # An empty kernel (no input features, or an empty window) sums nothing: XLA gives zeros. ORT 1.31's
         # Conv never returns on zero input channels, and OpenVINO leaves such outputs uninitialized (measured).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlo2onnx.ops.shape import transpose_to, unsqueeze_missing
+from hlo2onnx.ops.shape import iota_line, transpose_to, unsqueeze_missing
 from hlo2onnx.registry import allow_dynamic, register, register_custom_call
 from hlo2onnx.translator import RuleContext
 
@@ -22,7 +22,16 @@ allow_dynamic(*(f"stablehlo.{op}" for op in _ELEMENTWISE.split()))
 allow_dynamic("func.call", "stablehlo.custom_call", "stablehlo.optimization_barrier", "stablehlo.transpose",
               "stablehlo.concatenate", "stablehlo.get_dimension_size", "stablehlo.dot_general",
               "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.reduce",
-              "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape")
+              "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape", "stablehlo.dynamic_iota")
+
+
+@register("stablehlo.dynamic_iota")
+def dynamic_iota(ctx: RuleContext, output_shape, *, iota_dimension):
+    b = ctx.b
+    shape = ctx.out_type.shape
+    full = b.cast(output_shape, np.int64)
+    n = None if shape[iota_dimension] >= 0 else b.op("Gather", full, b.shape_const([iota_dimension]), axis=0)
+    return iota_line(b, shape, ctx.out_type.dtype, iota_dimension, n, full)
 
 
 @register("stablehlo.dynamic_broadcast_in_dim")

@@ -129,19 +129,23 @@ def _interior_pad(b, x, value, shape, axis, interior, dtype):
 
 @register("stablehlo.iota")
 def iota(ctx: RuleContext, *, iota_dimension):
-    b = ctx.b
-    shape, dtype = ctx.out_type.shape, ctx.out_type.dtype
-    n = shape[iota_dimension]
+    return iota_line(ctx.b, ctx.out_type.shape, ctx.out_type.dtype, iota_dimension)
+
+
+def iota_line(b, shape, dtype, axis: int, n=None, full=None) -> ir.Value:
+    """0, 1, ... along `axis`, broadcast to `shape`; `n` and `full` (int64 tensors) give symbolic sizes."""
     compute = np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
     if compute.kind in "ub" or compute.itemsize < 4:
         compute = np.dtype(np.int64)
-    line = b.op("Range", b.const(0, compute), b.const(n, compute), b.const(1, compute))
+    stop = b.const(shape[axis], compute) if n is None else b.cast(reshape_to(b, n, []), compute)
+    line = b.op("Range", b.const(0, compute), stop, b.const(1, compute))
     line = b.cast(line, dtype) if compute != dtype else line
     if len(shape) == 1:
         return line
     aligned = [1] * len(shape)
-    aligned[iota_dimension] = n
-    return b.typed("Expand", reshape_to(b, line, aligned), b.shape_const(shape), dtype=dtype, cast=(0,))
+    aligned[axis] = shape[axis] if n is None else -1
+    full = b.shape_const(shape) if full is None else full
+    return b.typed("Expand", reshape_to(b, line, aligned), full, dtype=dtype, cast=(0,))
 
 
 @register("stablehlo.get_dimension_size")

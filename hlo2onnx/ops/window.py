@@ -18,9 +18,10 @@ import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx.ops import dims
 from hlo2onnx.ops.reduce import is_constant, single_reducer
-from hlo2onnx.ops.shape import reshape_to, transpose_to
-from hlo2onnx.registry import register
+from hlo2onnx.ops.shape import merged, reshape_to, transpose_to
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import is_bool, is_float
 
@@ -106,17 +107,24 @@ class Window:
             != (1, 1, 0, 0, 1)
 
 
+allow_dynamic("stablehlo.reduce_window")
+
+
 @register("stablehlo.reduce_window")
 def reduce_window(ctx: RuleContext, *operands, window_dimensions, window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None):
+    win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
+    rank = len(win.size)
+    # Symbolic dims pass through the axes the window leaves alone (a pooling's batch); a windowed one would
+    # need its window count computed in the graph.
+    dims.refuse(ctx, [a for a in range(rank) if win.active(a) or len(operands) != 2],
+                "a window over a symbolic dimension")
     if len(operands) != 2:
         from hlo2onnx.ops.window_variadic import variadic_reduce_window  # it builds on this module
-        win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
         return variadic_reduce_window(ctx, operands, win)
     x, init = operands
     body = ctx.hlo_op.regions[0].blocks[0]
     reducer = single_reducer(body)
-    win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
     shape, dtype = list(ctx.in_types[0].shape), ctx.out_type.dtype
     b = ctx.b
     if reducer not in _COMBINE:
@@ -177,7 +185,8 @@ def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
     inactive = [a for a in range(len(shape)) if a not in active]
     perm = inactive + active
     x = transpose_to(b, x, perm)
-    x = reshape_to(b, x, [prod(shape[a] for a in inactive), 1] + [shape[a] for a in active])
+    lead = dims.dims(b, x, [shape[a] for a in inactive])
+    x = reshape_to(b, x, [merged([shape[a] for a in inactive]), 1] + [shape[a] for a in active])
     kernel = [win.size[a] for a in active]
     attrs = dict(kernel_shape=kernel, strides=[win.stride[a] for a in active],
                  pads=[lo[a] for a in active] + [hi[a] for a in active], dilations=[win.dilation[a] for a in active])
@@ -186,9 +195,9 @@ def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
         pooled = b.cast(b.op("Mul", pooled, b.const(np.asarray(prod(kernel), compute))), dtype)
     else:
         pooled = b.op("MaxPool", x, **attrs)
-    out_shape = [shape[a] for a in inactive] + [
+    out_shape = lead + [
         (shape[a] + lo[a] + hi[a] - win.dilation[a] * (win.size[a] - 1) - 1) // win.stride[a] + 1 for a in active]
-    pooled = reshape_to(b, pooled, out_shape)
+    pooled = dims.reshape(b, pooled, out_shape)
     pooled = transpose_to(b, pooled, [int(i) for i in np.argsort(perm)])
     return b.typed("BitwiseNot", pooled, dtype=dtype) if invert else pooled
 

@@ -1,0 +1,218 @@
+"""Shape-polymorphic export: models exported with jax.export over symbolic dims ("b", and "b, s"), converted
+with `hlo2onnx.convert(exported, dynamic=True)`, run in ONNX Runtime at several sizes and compared with
+jax.jit at each size, in both x64 modes.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from jax import export, lax
+
+import hlo2onnx
+from harness import TOLERANCE, rand
+
+F32, I32 = np.float32, np.int32
+BATCHES = (1, 7, 32)
+SEQS = (3, 5)
+CONV_TOL = (1e-5, 1e-5)
+
+
+@dataclass
+class Arg:
+    """One argument: a shape spec over the symbolic names ("b, 8, 3") and its dtype; ints drawn in [low, high)."""
+
+    spec: str
+    dtype: Any = F32
+    low: int = -3
+    high: int = 3
+
+
+@dataclass
+class DynCase:
+    name: str
+    fun: Callable
+    args: Sequence[Arg]
+    tol: tuple[float, float] | None = None
+    fused: Sequence[str] = ()  # ONNX op types the graph must hold (fusions that must still fire)
+    constraints: Sequence[str] = ()
+    sizes: Sequence[dict[str, int]] = field(default_factory=lambda: [{"b": n, "s": s}
+                                                                     for n, s in zip(BATCHES, (3, 5, 3))])
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def specs(case: DynCase) -> list[jax.ShapeDtypeStruct]:
+    scope = export.SymbolicScope(case.constraints)
+    return [jax.ShapeDtypeStruct(export.symbolic_shape(a.spec, scope=scope), jnp.dtype(a.dtype)) for a in case.args]
+
+
+def concrete(arg: Arg, sizes: dict[str, int], seed: int) -> np.ndarray:
+    shape = tuple(sizes[d.strip()] if not d.strip().isdigit() else int(d) for d in arg.spec.split(",") if d.strip())
+    dtype = np.dtype(arg.dtype)
+    if dtype.kind in "iu":
+        return np.random.default_rng(seed).integers(arg.low, arg.high, shape).astype(dtype)
+    return rand(shape, dtype, seed=seed)
+
+
+def cnn(dn: str, strides, pool_op):
+    """conv (stride) -> relu -> pooling -> dense, in NHWC or NCHW."""
+    def fun(x, w):
+        lhs = dn
+        y = lax.conv_general_dilated(x, w, strides, "SAME", dimension_numbers=(lhs, "HWIO", lhs))
+        y = jax.nn.relu(y)
+        window = (1, 2, 2, 1) if lhs == "NHWC" else (1, 1, 2, 2)
+        if pool_op == "max":
+            y = lax.reduce_window(y, -jnp.inf, lax.max, window, window, "VALID")
+        else:
+            y = lax.reduce_window(y, 0.0, lax.add, window, window, "VALID") / 4
+        return y.reshape(y.shape[0], -1).sum(-1)
+    return fun
+
+
+def attention(q, k, v):
+    """Multi-head attention over a symbolic sequence: (b, s, 8) -> 2 heads of 4."""
+    b, s, _ = q.shape
+    split = lambda t: t.reshape(b, s, 2, 4).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = split(q), split(k), split(v)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 2.0
+    out = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+    return out.transpose(0, 2, 1, 3).reshape(b, s, 8)
+
+
+def layer_norm(x, g, beta):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + 1e-5) * g + beta
+
+
+def rnn(xs, h0, w):
+    """lax.scan over time (axis 1 after a transpose), carrying a symbolic batch."""
+    def step(h, x):
+        h = jnp.tanh(h @ w + x)
+        return h, h.sum(-1)
+    h, ys = lax.scan(step, h0, xs.transpose(1, 0, 2))
+    return h, ys.T
+
+
+def concat_reverse_pad(x):
+    y = jnp.concatenate([x, x[:, ::-1]], axis=1)
+    return jnp.pad(y, ((0, 0), (1, 2)))
+
+
+def while_loop(x):
+    return lax.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * 0.5 + jnp.sin(c[1])), (0, x))[1]
+
+
+def cond(x):
+    return lax.cond(x.sum() > 0, lambda t: t * 2, lambda t: -t, x)
+
+
+CASES = [
+    # -- the issue's list -------------------------------------------------------------------------------------
+    DynCase("cnn_nhwc_maxpool", cnn("NHWC", (2, 2), "max"), [Arg("b, 8, 8, 3"), Arg("3, 3, 3, 4")], CONV_TOL),
+    DynCase("cnn_nchw_avgpool", cnn("NCHW", (2, 2), "avg"), [Arg("b, 3, 8, 8"), Arg("3, 3, 3, 4")], CONV_TOL),
+    DynCase("cnn_nhwc_avgpool_stride1", cnn("NHWC", (1, 1), "avg"), [Arg("b, 6, 6, 3"), Arg("3, 3, 3, 4")],
+            CONV_TOL),
+    DynCase("attention_fixed_seq", attention, [Arg("b, 4, 8")] * 3, CONV_TOL),
+    DynCase("attention_symbolic_seq", attention, [Arg("b, s, 8")] * 3, CONV_TOL),
+    DynCase("take", lambda x, i: jnp.take(x, i, axis=0), [Arg("b, 5"), Arg("4", I32, 0, 1)]),
+    DynCase("take_rows_by_batch_index", lambda x, i: jnp.take(x, i, axis=1), [Arg("b, 6"), Arg("b", I32, 0, 6)]),
+    DynCase("concat_reverse_pad", concat_reverse_pad, [Arg("b, 4")]),
+    DynCase("scan_rnn", rnn, [Arg("b, 5, 4"), Arg("b, 4"), Arg("4, 4")], CONV_TOL),
+    DynCase("cumsum", lambda x: jnp.cumsum(x, axis=0), [Arg("b, 3")], CONV_TOL),
+    DynCase("cumsum_last", lambda x: jnp.cumsum(x, axis=-1), [Arg("b, 3")], CONV_TOL),
+    DynCase("sort", lambda x: jnp.sort(x, axis=0), [Arg("b, 3")]),
+    DynCase("sort_last", jnp.sort, [Arg("b, 5")]),
+    DynCase("dynamic_slice_in_dim", lambda x, i: lax.dynamic_slice_in_dim(x, i, 2, axis=1),
+            [Arg("b, 6"), Arg("", I32, 0, 5)]),
+    DynCase("at_add", lambda x, i, u: x.at[i].add(u), [Arg("b, 3"), Arg("4", I32, 0, 1), Arg("4, 3")]),
+    DynCase("argmax", lambda x: jnp.argmax(x, axis=0), [Arg("b, 3")]),
+    DynCase("argmax_last", lambda x: jnp.argmax(x, axis=-1), [Arg("b, 3")]),
+    DynCase("arange", lambda x: x * jnp.arange(x.shape[0], dtype=x.dtype)[:, None], [Arg("b, 3")]),
+    DynCase("layer_norm", layer_norm, [Arg("b, 8"), Arg("8"), Arg("8")], CONV_TOL),
+    # -- beyond the issue's list ----------------------------------------------------------------------------
+    DynCase("top_k", lambda x: lax.top_k(x, 2), [Arg("b, 5")]),
+    DynCase("top_k_batch_axis", lambda x: lax.top_k(x.T, 1), [Arg("b, 3")]),
+    DynCase("while_loop", while_loop, [Arg("b, 3")], CONV_TOL),
+    DynCase("cond", cond, [Arg("b, 3")]),
+    DynCase("dot_two_symbolic", lambda x, y: x @ y, [Arg("b, s, 4"), Arg("b, 4, s")], CONV_TOL),
+    DynCase("reshape_merge", lambda x: x.reshape(-1), [Arg("b, s, 2")]),
+    DynCase("reshape_split", lambda x: x.reshape(x.shape[0] // 2, 2, 3), [Arg("b, 3")],
+            constraints=["mod(b, 2) == 0"], sizes=[{"b": 2}, {"b": 8}, {"b": 32}]),
+    DynCase("broadcast", lambda x, y: x[:, None, :] + y[None, :, :], [Arg("b, 3"), Arg("s, 3")]),
+    DynCase("iota_2d", lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 1) * lax.broadcasted_iota(
+        x.dtype, x.shape, 0), [Arg("b, s")]),
+    DynCase("mean_over_batch", lambda x: x - x.mean(0), [Arg("b, 3")]),
+    DynCase("softmax", lambda x: jax.nn.softmax(x, axis=-1), [Arg("b, 6")], fused=["Softmax"]),
+    DynCase("layer_norm_fused", lambda x: jax.nn.standardize(x, axis=-1), [Arg("b, s, 8")], CONV_TOL),
+    DynCase("gelu", lambda x: jax.nn.gelu(x, approximate=False), [Arg("b, 6")], fused=["Gelu"]),
+    DynCase("slice_stride", lambda x: x[1::2, ::2], [Arg("b, 6")]),
+    DynCase("pad_interior", lambda x: lax.pad(x, 0.0, ((1, 0, 1), (0, 0, 0))), [Arg("b, 3")]),
+    DynCase("reverse", lambda x: x[::-1], [Arg("b, 3")]),
+    DynCase("cumsum_int", lambda x: jnp.cumsum(x, axis=0), [Arg("b, 3", I32)]),
+    DynCase("cummax", lambda x: lax.cummax(x, axis=0), [Arg("b, 3")]),
+    DynCase("argsort", lambda x: jnp.argsort(x, axis=0), [Arg("b, 3")]),
+    DynCase("gather_batched", lambda x, i: jnp.take_along_axis(x, i, axis=1),
+            [Arg("b, 5"), Arg("b, 2", I32, 0, 5)]),
+    DynCase("scatter_set_batch", lambda x: x.at[:, 0].set(1.0), [Arg("b, 3")]),
+    DynCase("segment_sum_into_batch", lambda x, i: jnp.zeros_like(x).at[i].add(1.0),
+            [Arg("b, 3"), Arg("5", I32, 0, 1)]),
+    DynCase("max_pool_1d_padded", lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 3), (1, 2), "SAME"),
+            [Arg("b, 7")]),
+    DynCase("pool_over_batch", lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 1), (1, 1), "VALID"),
+            [Arg("b, 3")], sizes=[{"b": 2}, {"b": 7}, {"b": 32}], constraints=["b >= 2"]),
+]
+
+
+def _scope(x64: bool):
+    return jax.enable_x64(True) if x64 else contextlib.nullcontext()
+
+
+def _session(proto: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _convert(case: DynCase) -> tuple[export.Exported, onnx.ModelProto]:
+    exported = export.export(jax.jit(case.fun))(*specs(case))
+    return exported, hlo2onnx.convert(exported, dynamic=True).to_proto()
+
+
+def _dim_names(values) -> list[list[str | int]]:
+    return [[d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values]
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_symbolic_model(case: DynCase, x64: bool):
+    with _scope(x64):
+        exported, proto = _convert(case)
+        # Inputs keep the user's dim names exactly where the spec had them; outputs are named by jax's
+        # expressions over them ("b", "2*b").
+        for spec, dims in zip(case.args, _dim_names(proto.graph.input)):
+            wanted = [int(d) if d.strip().isdigit() else d.strip() for d in spec.spec.split(",") if d.strip()]
+            assert dims == wanted, (spec.spec, dims)
+        for aval, dims in zip(exported.out_avals, _dim_names(proto.graph.output)):
+            assert dims == [d if isinstance(d, int) else str(d) for d in aval.shape], (aval, dims)
+        session = _session(proto)
+        types = {node.op_type for node in proto.graph.node}
+        for op_type in case.fused:
+            assert op_type in types, (op_type, sorted(types))
+        for seed, sizes in enumerate(case.sizes):
+            args = [concrete(a, sizes, seed + i) for i, a in enumerate(case.args)]
+            expected = [np.asarray(e) for e in jax.tree_util.tree_leaves(jax.jit(case.fun)(*args))]
+            feeds = {i.name: a for i, a in zip(session.get_inputs(), args)}
+            actual = session.run(None, feeds)
+            assert len(actual) == len(expected)
+            for a, e in zip(actual, expected):
+                assert a.shape == e.shape and a.dtype == e.dtype, (sizes, a.shape, e.shape, a.dtype, e.dtype)
+                rtol, atol = case.tol or TOLERANCE.get(e.dtype, (0, 0))
+                np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"{case.name} at {sizes}")
