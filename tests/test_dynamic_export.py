@@ -156,7 +156,7 @@ CASES = [
     DynCase("layer_norm_fused", lambda x: jax.nn.standardize(x, axis=-1), [Arg("b, s, 8")], CONV_TOL),
     DynCase("gelu", lambda x: jax.nn.gelu(x, approximate=False), [Arg("b, 6")], fused=["Gelu"]),
     DynCase("slice_stride", lambda x: x[1::2, ::2], [Arg("b, 6")]),
-    DynCase("pad_interior", lambda x: lax.pad(x, 0.0, ((1, 0, 1), (0, 0, 0))), [Arg("b, 3")]),
+    DynCase("pad_interior", lambda x: lax.pad(x, F32(0), ((1, 0, 1), (0, 0, 0))), [Arg("b, 3")]),
     DynCase("reverse", lambda x: x[::-1], [Arg("b, 3")]),
     DynCase("cumsum_int", lambda x: jnp.cumsum(x, axis=0), [Arg("b, 3", I32)]),
     DynCase("cummax", lambda x: lax.cummax(x, axis=0), [Arg("b, 3")]),

@@ -66,6 +66,29 @@ def reshape(b, x: ir.Value, parts: Sequence[Dim]) -> ir.Value:
     return b.op("Reshape", x, shape_value(b, parts), allowzero=1)
 
 
+def known_entries(value: ir.Value, n: int) -> list[int | None]:
+    """The entries of a 1-D int shape tensor that the graph holds as constants (None for the others).
+
+    jax builds such tensors as a Concat of constants and reshaped dim sizes; this follows Concat, Cast,
+    Reshape and Squeeze/Unsqueeze back to constants (initializers or ConstantOfShape splats).
+    """
+    if value.const_value is not None:
+        return [int(v) for v in value.const_value.numpy().reshape(-1)]
+    node = value.producer()
+    if node is not None and node.op_type == "ConstantOfShape" and node.inputs[0].const_value is not None:
+        fill = node.attributes["value"].as_tensor().numpy().reshape(-1)
+        return [int(fill[0])] * int(np.prod(node.inputs[0].const_value.numpy()))
+    if node is not None and node.op_type in ("Cast", "Reshape", "Squeeze", "Unsqueeze", "Identity"):
+        return known_entries(node.inputs[0], n)
+    if node is not None and node.op_type == "Concat" and all(
+            i.shape is not None and i.shape.rank() == 1 and isinstance(i.shape[0], int) for i in node.inputs):
+        entries: list[int | None] = []
+        for piece in node.inputs:
+            entries.extend(known_entries(piece, piece.shape[0]))
+        return entries if len(entries) == n else [None] * n
+    return [None] * n
+
+
 def refuse(ctx, axes: Sequence[int], why: str, operand: int = 0) -> None:
     """Raises for symbolic dims at `axes` of an operand that this form of the op cannot take."""
     shape = ctx.in_types[operand].shape

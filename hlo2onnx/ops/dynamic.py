@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hlo2onnx.ops.dims import known_entries
 from hlo2onnx.ops.shape import iota_line, transpose_to, unsqueeze_missing
 from hlo2onnx.registry import allow_dynamic, register, register_custom_call
 from hlo2onnx.translator import RuleContext
@@ -19,10 +20,30 @@ _ELEMENTWISE = (
 )
 allow_dynamic(*(f"stablehlo.{op}" for op in _ELEMENTWISE.split()))
 # These rules take their sizes from their operands, or handle -1 dims themselves.
-allow_dynamic("func.call", "stablehlo.custom_call", "stablehlo.optimization_barrier", "stablehlo.transpose",
+allow_dynamic("func.call", "stablehlo.composite", "stablehlo.custom_call", "stablehlo.optimization_barrier", "stablehlo.transpose",
               "stablehlo.concatenate", "stablehlo.get_dimension_size", "stablehlo.dot_general",
               "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.reduce",
-              "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape", "stablehlo.dynamic_iota")
+              "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape", "stablehlo.dynamic_iota",
+              "stablehlo.slice", "stablehlo.pad", "stablehlo.reverse", "stablehlo.real_dynamic_slice",
+              "stablehlo.dynamic_pad")
+
+
+@register("stablehlo.real_dynamic_slice")
+def real_dynamic_slice(ctx: RuleContext, x, start, limit, strides):
+    # StableHLO requires 0 <= start <= limit <= dim, which is ONNX Slice's meaning of in-range bounds.
+    b = ctx.b
+    rank = ctx.in_types[0].rank
+    return b.op("Slice", x, b.cast(start, np.int64), b.cast(limit, np.int64), b.shape_const(list(range(rank))),
+                b.cast(strides, np.int64))
+
+
+@register("stablehlo.dynamic_pad")
+def dynamic_pad(ctx: RuleContext, x, value, low, high, interior):
+    b = ctx.b
+    if any(n != 0 for n in known_entries(interior, ctx.in_types[0].rank)):
+        raise NotImplementedError("interior padding given as a tensor")
+    pads = b.op("Concat", b.cast(low, np.int64), b.cast(high, np.int64), axis=0)
+    return b.typed("Pad", x, pads, value, dtype=ctx.out_type.dtype, cast=(0, 2), mode="constant")
 
 
 @register("stablehlo.dynamic_iota")

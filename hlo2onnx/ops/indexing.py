@@ -19,11 +19,12 @@ import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
+from hlo2onnx.ops import dims as symbolic
 from hlo2onnx.ops.linalg_kit import loop, loop_step
 from hlo2onnx.ops.reduce import single_reducer
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.ops.window import body_applier
-from hlo2onnx.registry import register
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_bool, is_float
 
@@ -70,24 +71,51 @@ def _with_batching_columns(b, s: _Starts) -> tuple[ir.Value, list[int]]:
     """The matrix with one iota column per batching dim, and the operand dim of every column."""
     columns, dims = [s.matrix], list(s.dims)
     for d, j in s.pairs:
-        iota = np.arange(s.batch[j], dtype=np.int64).reshape([-1 if i == j else 1 for i in range(len(s.batch))] + [1])
-        columns.append(b.op("Expand", b.const(iota), b.shape_const(s.batch + [1])))
+        aligned = [-1 if i == j else 1 for i in range(len(s.batch))] + [1]
+        if symbolic.is_static(s.batch):
+            iota = b.const(np.arange(s.batch[j], dtype=np.int64).reshape(aligned))
+            columns.append(b.op("Expand", iota, b.shape_const(s.batch + [1])))
+        else:  # a symbolic batch: the iota's length and the broadcast shape read from the matrix
+            n = b.op("Squeeze", b.op("Shape", s.matrix, start=j, end=j + 1))
+            iota = reshape_to(b, b.op("Range", b.const(np.int64(0)), n, b.const(np.int64(1))), aligned)
+            full = symbolic.shape_value(b, symbolic.dims(b, s.matrix, s.batch) + [1])
+            columns.append(b.op("Expand", iota, full))
         dims.append(d)
     return (b.op("Concat", *columns, axis=-1) if len(columns) > 1 else s.matrix), dims
 
 
-def _known_within(s: _Starts, high: Sequence[int]) -> bool:
+def _known_within(s: _Starts, high: Sequence[symbolic.Dim]) -> bool:
     """Whether every start column is known to lie in [0, high] (no columns, or constant indices)."""
-    return not s.dims or (s.const is not None and bool(((s.const >= 0) & (s.const <= np.asarray(high))).all()))
+    if not s.dims:
+        return True
+    if not all(isinstance(h, int) for h in high):
+        return False
+    return s.const is not None and bool(((s.const >= 0) & (s.const <= np.asarray(high))).all())
+
+
+def _high(b, operand: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]):
+    """The largest start of each of `dims` whose window still fits (`dim - size`): an int, or a 1-element
+    int64 tensor where the operand's dim is symbolic."""
+    high: list[symbolic.Dim] = []
+    for d in dims:
+        if not isinstance(sizes[d], int):
+            raise NotImplementedError(f"a window of symbolic size along indexed dimension {d}")
+        n = symbolic.dim(b, operand, d, shape[d])
+        high.append(n - sizes[d] if isinstance(n, int) else b.op("Sub", n, b.shape_const([sizes[d]])))
+    return high
+
+
+def _bound(b, high: Sequence[symbolic.Dim]) -> ir.Value:
+    return b.const(np.asarray(high, np.int64)) if all(isinstance(h, int) for h in high) \
+        else symbolic.shape_value(b, high)
 
 
 def _fits(b, s: _Starts, high: Sequence[int]) -> ir.Value | None:
     """Bool of shape `batch`: every start column lies in [0, high]; None when that is known statically."""
     if _known_within(s, high):
         return None
-    high = np.asarray(high, np.int64)
     ok = b.op("And", b.op("GreaterOrEqual", s.matrix, b.const(np.zeros(1, I64))),
-              b.op("LessOrEqual", s.matrix, b.const(high)))
+              b.op("LessOrEqual", s.matrix, _bound(b, high)))
     if len(s.dims) == 1:
         return reshape_to(b, ok, s.batch)
     return b.op("ReduceMin", ok, b.shape_const([-1]), keepdims=0)
@@ -95,7 +123,7 @@ def _fits(b, s: _Starts, high: Sequence[int]) -> ir.Value | None:
 
 def _clamp(b, starts: ir.Value, high: Sequence[int]) -> ir.Value:
     """XLA's clamp of start indices into [0, high] (high = dim - slice size)."""
-    clipped = b.op("Min", starts, b.const(np.asarray(high, np.int64)))
+    clipped = b.op("Min", starts, _bound(b, high))
     return b.op("Max", clipped, b.const(np.zeros(1, I64)))
 
 
@@ -111,7 +139,10 @@ def _window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[int])
     offsets = np.zeros([sizes[k] for k in wide] + [len(sizes)], np.int64)
     for axis, k in enumerate(wide):
         offsets[..., k] = grid[axis]
-    starts = reshape_to(b, starts, batch + [1] * len(wide) + [len(sizes)])
+    if symbolic.is_static(batch):
+        starts = reshape_to(b, starts, batch + [1] * len(wide) + [len(sizes)])
+    else:
+        starts = b.op("Unsqueeze", starts, b.shape_const(list(range(len(batch), len(batch) + len(wide)))))
     return b.op("Add", starts, b.const(offsets))
 
 
@@ -122,7 +153,10 @@ def _arrange(b, x: ir.Value, labels: list[Label], target: list[Label], out_shape
     perm = [labels.index(label) for label in present] + [i for i, lb in enumerate(labels) if lb not in target]
     x = transpose_to(b, x, perm)
     if present != target or len(labels) != len(target):
-        x = reshape_to(b, x, out_shape)
+        # Only unit axes come and go: symbolic sizes are read from x's own axes.
+        parts = [symbolic.dim(b, x, present.index(label), n) if label in present else n
+                 for label, n in zip(target, out_shape)]
+        x = symbolic.reshape(b, x, parts)
     return x
 
 
@@ -133,12 +167,12 @@ def _labels(rank: int, window_axes: Sequence[int], window_dims: Sequence[int]) -
     return [("o", window[axis]) if axis in window else ("b", next(batch)) for axis in range(rank)]
 
 
-def _crop(b, x: ir.Value, shape: Sequence[int], sizes: Sequence[int], dims: Sequence[int]) -> ir.Value:
-    """x[0:sizes[d]] along each of `dims` narrower than the operand."""
-    axes = [d for d in dims if sizes[d] < shape[d]]
+def _crop(b, x: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]) -> ir.Value:
+    """x[0:sizes[d]] along each of `dims` narrower than the operand (or not known not to be: symbolic)."""
+    axes = [d for d in dims if not isinstance(sizes[d], int) or shape[d] < 0 or sizes[d] < shape[d]]
     if not axes:
         return x
-    return b.op("Slice", x, b.shape_const([0] * len(axes)), b.shape_const([sizes[d] for d in axes]),
+    return b.op("Slice", x, b.shape_const([0] * len(axes)), symbolic.shape_value(b, [sizes[d] for d in axes]),
                 b.shape_const(axes))
 
 
@@ -166,17 +200,32 @@ def _operand_order(b, x: ir.Value, batch: list[int], order: list[int | None]) ->
 
 
 # -- gather ---------------------------------------------------------------------------
+allow_dynamic("stablehlo.gather", "stablehlo.dynamic_gather")
+
+
+@register("stablehlo.dynamic_gather")
+def dynamic_gather(ctx: RuleContext, operand, indices, slice_sizes, *, dimension_numbers, indices_are_sorted=False):
+    """gather with its slice sizes as a tensor (symbolic dims): sizes the graph folds to constants are read;
+    the others are taken at run time, where gather can use them (crops of dims it does not index)."""
+    b = ctx.b
+    rank = ctx.in_types[0].rank
+    known = symbolic.known_entries(slice_sizes, rank)
+    sizes = b.cast(slice_sizes, I64)
+    parts = [k if k is not None else b.op("Gather", sizes, b.shape_const([d]), axis=0) for d, k in enumerate(known)]
+    return gather(ctx, operand, indices, dimension_numbers=dimension_numbers, slice_sizes=parts)
+
+
 @register("stablehlo.gather")
 def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes, indices_are_sorted=False):
     dn = stablehlo.GatherDimensionNumbers(dimension_numbers)
     b = ctx.b
     shape, out_shape = ctx.in_types[0].shape, list(ctx.out_type.shape)
-    if ctx.out_type.size == 0:
+    if symbolic.is_static(out_shape) and ctx.out_type.size == 0:
         return b.splat(0, ctx.out_type.dtype, out_shape)
     rank = len(shape)
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.start_index_map,
                 dn.operand_batching_dims, dn.start_indices_batching_dims)
-    high = [shape[d] - slice_sizes[d] for d in s.dims]
+    high = _high(b, operand, shape, slice_sizes, s.dims)
     if not _known_within(s, high):
         s.matrix = _clamp(b, s.matrix, high)  # XLA clamps so the slice fits
     dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
@@ -186,13 +235,13 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
     elements = _elements_form(s, rank, slice_sizes)
     if elements is not None:
         axis, order = elements
-        idx = _operand_order(b, reshape_to(b, s.matrix, s.batch), s.batch, order)
+        idx = _operand_order(b, _drop_last(b, s), s.batch, order)
         result = b.op("GatherElements", operand, idx, axis=axis)
         labels = [("o", axis) if j is None else ("b", j) for j in order]
     elif len(s.dims) == 1 and not s.pairs and slice_sizes[s.dims[0]] == 1:
         axis = s.dims[0]
         data = _crop(b, operand, shape, slice_sizes, [d for d in range(rank) if d != axis])
-        result = b.op("Gather", data, reshape_to(b, s.matrix, s.batch), axis=axis)
+        result = b.op("Gather", data, _drop_last(b, s), axis=axis)
         labels = [("o", d) for d in range(axis)] + batch_labels + [("o", d) for d in range(axis + 1, rank)]
     else:
         matrix, dims = _with_batching_columns(b, s)
@@ -203,10 +252,19 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
             data = transpose_to(b, data, dims + rest)
             result = b.op("GatherND", data, _window_offsets(b, matrix, s.batch, [slice_sizes[d] for d in dims]))
         else:  # no index columns: every result row is the same slice
+            if not symbolic.is_static(s.batch) or not all(isinstance(slice_sizes[d], int) for d in rest):
+                raise NotImplementedError("gather without index columns over symbolic dimensions")
             unit = reshape_to(b, data, [1] * len(s.batch) + [slice_sizes[d] for d in rest])
             result = b.typed("Expand", unit, b.shape_const(s.batch + [slice_sizes[d] for d in rest]),
                              dtype=ctx.out_type.dtype, cast=(0,))
     return _arrange(b, result, labels, target, out_shape)
+
+
+def _drop_last(b, s: _Starts) -> ir.Value:
+    """The single-column matrix shaped `batch`."""
+    if sum(n < 0 for n in s.batch) > 1:
+        return b.op("Squeeze", s.matrix, b.shape_const([len(s.batch)]))
+    return reshape_to(b, s.matrix, s.batch)
 
 
 # -- scatter --------------------------------------------------------------------------
