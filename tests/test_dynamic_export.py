@@ -160,6 +160,10 @@ CASES = [
     DynCase("reverse", lambda x: x[::-1], [Arg("b, 3")]),
     DynCase("cumsum_int", lambda x: jnp.cumsum(x, axis=0), [Arg("b, 3", I32)]),
     DynCase("cummax", lambda x: lax.cummax(x, axis=0), [Arg("b, 3")]),
+    DynCase("cumsum_reverse", lambda x: lax.cumsum(x, axis=0, reverse=True), [Arg("b, 3")], CONV_TOL),
+    DynCase("cumprod", lambda x: jnp.cumprod(x, axis=0), [Arg("b, 2")], (1e-5, 1e-5),
+            sizes=[{"b": 1}, {"b": 7}, {"b": 12}]),
+    DynCase("cummin_int_reverse", lambda x: lax.cummin(x, axis=0, reverse=True), [Arg("b, 3", I32)]),
     DynCase("argsort", lambda x: jnp.argsort(x, axis=0), [Arg("b, 3")]),
     DynCase("gather_batched", lambda x, i: jnp.take_along_axis(x, i, axis=1),
             [Arg("b, 5"), Arg("b, 2", I32, 0, 5)]),
@@ -170,6 +174,8 @@ CASES = [
             [Arg("b, 7")]),
     DynCase("pool_over_batch", lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 1), (1, 1), "VALID"),
             [Arg("b, 3")], sizes=[{"b": 2}, {"b": 7}, {"b": 32}], constraints=["b >= 2"]),
+    DynCase("max_pool_over_batch_strided", lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (3, 1), (2, 1), "VALID"),
+            [Arg("b, 3")], sizes=[{"b": 3}, {"b": 8}, {"b": 32}], constraints=["b >= 3"]),
 ]
 
 

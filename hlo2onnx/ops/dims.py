@@ -67,7 +67,7 @@ def reshape(b, x: ir.Value, parts: Sequence[Dim]) -> ir.Value:
 
 
 def known_entries(value: ir.Value, n: int) -> list[int | None]:
-    """The entries of a 1-D int shape tensor that the graph holds as constants (None for the others).
+    """The `n` entries (row-major) of a small int tensor that the graph holds as constants (None for others).
 
     jax builds such tensors as a Concat of constants and reshaped dim sizes; this follows Concat, Cast,
     Reshape and Squeeze/Unsqueeze back to constants (initializers or ConstantOfShape splats).
@@ -80,11 +80,12 @@ def known_entries(value: ir.Value, n: int) -> list[int | None]:
         return [int(fill[0])] * int(np.prod(node.inputs[0].const_value.numpy()))
     if node is not None and node.op_type in ("Cast", "Reshape", "Squeeze", "Unsqueeze", "Identity"):
         return known_entries(node.inputs[0], n)
-    if node is not None and node.op_type == "Concat" and all(
-            i.shape is not None and i.shape.rank() == 1 and isinstance(i.shape[0], int) for i in node.inputs):
+    if node is not None and node.op_type == "Concat" and node.attributes["axis"].as_int() == 0 and all(
+            i.shape is not None and i.shape.is_static() for i in node.inputs):
+        # Row-major: joining along axis 0 joins the flattened pieces.
         entries: list[int | None] = []
         for piece in node.inputs:
-            entries.extend(known_entries(piece, piece.shape[0]))
+            entries.extend(known_entries(piece, int(np.prod(piece.shape.numpy()))))
         return entries if len(entries) == n else [None] * n
     return [None] * n
 

@@ -26,7 +26,7 @@ from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import is_bool, is_float
 
 # reducer -> (ONNX op on bool, ONNX op otherwise). XLA's add/mul on pred are or/and.
-_COMBINE = {
+COMBINE = {
     "stablehlo.add": ("Or", "Add"),
     "stablehlo.multiply": ("And", "Mul"),
     "stablehlo.maximum": ("Or", "Max"),
@@ -56,7 +56,7 @@ def identity(reducer: str, dtype: np.dtype):
 
 
 def combine(b, reducer: str, dtype: np.dtype, x: ir.Value, y: ir.Value) -> ir.Value:
-    bool_op, op = _COMBINE[reducer]
+    bool_op, op = COMBINE[reducer]
     return b.op(bool_op, x, y) if is_bool(dtype) else b.typed(op, x, y, dtype=dtype)
 
 
@@ -117,17 +117,28 @@ def reduce_window(ctx: RuleContext, *operands, window_dimensions, window_strides
     rank = len(win.size)
     # Symbolic dims pass through the axes the window leaves alone (a pooling's batch); a windowed one would
     # need its window count computed in the graph.
-    dims.refuse(ctx, [a for a in range(rank) if win.active(a) or len(operands) != 2],
-                "a window over a symbolic dimension")
+    dims.refuse(ctx, [a for a in range(rank) if len(operands) != 2], "a variadic reduce_window")
     if len(operands) != 2:
         from hlo2onnx.ops.window_variadic import variadic_reduce_window  # it builds on this module
         return variadic_reduce_window(ctx, operands, win)
-    x, init = operands
-    body = ctx.hlo_op.regions[0].blocks[0]
+    return reduce_window_with(ctx, *operands, ctx.hlo_op.regions[0].blocks[0], win)
+
+
+def reduce_window_with(ctx: RuleContext, x, init, body, win: Window) -> ir.Value:
+    """reduce_window of `x` by the reduction `body` (a block) over the static window `win`."""
     reducer = single_reducer(body)
     shape, dtype = list(ctx.in_types[0].shape), ctx.out_type.dtype
     b = ctx.b
-    if reducer not in _COMBINE:
+    symbolic = [a for a in range(len(shape)) if shape[a] < 0 and win.active(a)]
+    if symbolic:
+        # Windows sliding along a symbolic axis: the strided slices count from its end.
+        if reducer not in COMBINE or any(win.base_dilation[a] > 1 or win.size[a] > _DIRECT_WINDOW
+                                         for a in symbolic):
+            dims.refuse(ctx, symbolic, f"a window over a symbolic dimension (by {reducer}, base dilation, or "
+                                       f"wider than {_DIRECT_WINDOW})")
+        result = _general(b, x, reducer, dtype, shape, win)
+        return result if is_constant(init, identity(reducer, dtype)) else combine(b, reducer, dtype, result, init)
+    if reducer not in COMBINE:
         return _general_body(ctx, x, init, body, dtype, shape, win)
     result = _cumsum(b, x, reducer, dtype, shape, win)
     if result is None:
@@ -207,10 +218,25 @@ def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
     x, shape = pad_and_dilate(b, x, shape, win, fill, dtype)
     merge = lambda u, v, *_: combine(b, reducer, dtype, u, v)  # noqa: E731 - identity fill: nothing to mask
     for axis in range(len(shape)):
-        if win.size[axis] > 1 or win.stride[axis] > 1:
+        if shape[axis] < 0 and (win.size[axis] > 1 or win.stride[axis] > 1):
+            x = _symbolic_window_axis(b, x, merge, axis, win.size[axis], win.stride[axis], win.dilation[axis])
+        elif win.size[axis] > 1 or win.stride[axis] > 1:
             x, _ = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
                                 win.dilation[axis], None)
     return x
+
+
+def _symbolic_window_axis(b, x, merge, axis, k, stride, dilation) -> ir.Value:
+    """_window_axis's direct form along a symbolic axis: element t of every window is the slice from
+    t * dilation that stops (extent - 1 - t * dilation) before the end, every `stride`: each holds
+    ceil((n - extent + 1) / stride) elements, the window count."""
+    extent = dilation * (k - 1) + 1
+    result = None
+    for t in range(k):
+        before_end = extent - 1 - t * dilation
+        part = axis_slice(b, x, axis, t * dilation, -before_end if before_end else np.iinfo(np.int64).max, stride)
+        result = part if result is None else merge(result, part, axis, None, None)
+    return result
 
 
 # Ops a reduction body may use to be emitted on whole tensors instead of scalars.
@@ -286,7 +312,7 @@ def pad_and_dilate(b, x, shape, win: Window, fill, dtype) -> tuple[ir.Value, lis
             x = dilate(b, x, shape, axis, factor, fill, dtype)
             shape[axis] = (shape[axis] - 1) * factor + 1
     x = edge_pad(b, x, win.lo, win.hi, fill, dtype)
-    return x, [n + lo + hi for n, lo, hi in zip(shape, win.lo, win.hi)]
+    return x, [n + lo + hi if n >= 0 else -1 for n, lo, hi in zip(shape, win.lo, win.hi)]
 
 
 def _window_axis(b, x, merge, axis, n, k, stride, dilation, valid):
