@@ -98,7 +98,7 @@ def _high(b, operand: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.D
     int64 tensor where the operand's dim is symbolic."""
     high: list[symbolic.Dim] = []
     for d in dims:
-        if not isinstance(sizes[d], int):
+        if not isinstance(sizes[d], int) or sizes[d] < 0:
             raise NotImplementedError(f"a window of symbolic size along indexed dimension {d}")
         n = symbolic.dim(b, operand, d, shape[d])
         high.append(n - sizes[d] if isinstance(n, int) else b.op("Sub", n, b.shape_const([sizes[d]])))
@@ -200,7 +200,7 @@ def _operand_order(b, x: ir.Value, batch: list[int], order: list[int | None]) ->
 
 
 # -- gather ---------------------------------------------------------------------------
-allow_dynamic("stablehlo.gather", "stablehlo.dynamic_gather")
+allow_dynamic("stablehlo.gather", "stablehlo.dynamic_gather", "stablehlo.scatter")
 
 
 @register("stablehlo.dynamic_gather")
@@ -320,7 +320,7 @@ def _propagate_nan(b, op: str, data, idx, updates, out, dtype: np.dtype, **attrs
 
 
 def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dtype: np.dtype,
-                  trash: Sequence[int]):
+                  trash: Sequence[symbolic.Dim]):
     """Neutralizes the updates whose window does not fit (XLA skips them).
 
     `valid` has the matrix's shape less its last axis, and the updates' less `extra_axes` trailing axes.
@@ -331,7 +331,7 @@ def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dt
         return matrix, updates
     valid_m = b.op("Unsqueeze", valid, b.shape_const([-1]))
     if reduction == "none":
-        return b.op("Where", valid_m, matrix, b.const(np.asarray(trash, np.int64))), updates
+        return b.op("Where", valid_m, matrix, _bound(b, trash)), updates
     valid_u = b.op("Unsqueeze", valid, b.shape_const(list(range(-extra_axes, 0)))) if extra_axes else valid
     neutral = b.const(np.asarray(_neutral(reduction, dtype), dtype))
     updates = b.typed("Where", valid_u, updates, neutral, dtype=dtype, cast=(1, 2))
@@ -369,30 +369,39 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     window = [1] * rank
     for d, axis in zip(window_dims, dn.update_window_dims):
         window[d] = upd_shape[axis]
-    if ctx.in_types[2].size == 0 or ctx.out_type.size == 0 or any(w > n for w, n in zip(window, shape)):
+    static = symbolic.is_static(shape) and symbolic.is_static(upd_shape)
+    if static and (ctx.in_types[2].size == 0 or ctx.out_type.size == 0 or any(w > n for w, n in zip(window, shape))):
         return b.op("Identity", operand)  # no update window fits anywhere
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.scattered_dims_to_operand_dims,
                 dn.input_batching_dims, dn.scatter_indices_batching_dims)
-    valid = _fits(b, s, [shape[d] - window[d] for d in s.dims])
+    valid = _fits(b, s, _high(b, operand, shape, window, s.dims))
+    # The operand's sizes, symbolic ones read from the graph (where the trash row and crop need them).
+    sizes = symbolic.dims(b, operand, shape) if not static else list(shape)
     labels = _labels(len(upd_shape), dn.update_window_dims, window_dims)
 
     elements = None if combine else _elements_form(s, rank, window)
     if elements is not None:
         axis, order = elements
         updates = _arrange(b, updates, labels, [("b", j) for j in range(len(s.batch))], s.batch)
-        matrix, updates = _skip_invalid(b, s.matrix, updates, valid, 0, reduction, dtype, [shape[axis]])
-        idx = _operand_order(b, reshape_to(b, matrix, s.batch), s.batch, order)
+        matrix, updates = _skip_invalid(b, s.matrix, updates, valid, 0, reduction, dtype, [sizes[axis]])
+        idx = _operand_order(b, _drop_last(b, _Starts(matrix, s.batch, s.dims, s.pairs, None)), s.batch, order)
         updates = _operand_order(b, updates, s.batch, order)
         padded = valid is not None and reduction == "none"
         data = _pad_end(b, operand, rank, axis, 1, dtype) if padded else operand
         result = _scatter_node(b, "ScatterElements", data, idx, updates, dtype, reduction, axis=axis)
-        return _crop(b, result, [n + (d == axis) for d, n in enumerate(shape)], shape, [axis]) if padded else result
+        return _crop(b, result, [n + (d == axis) if n >= 0 else -1 for d, n in enumerate(shape)], sizes, [axis]) \
+            if padded else result
 
     matrix, dims = _with_batching_columns(b, s)
     # Dims the windows cover only in part are indexed too, from 0.
-    partial = [d for d in range(rank) if d not in dims and window[d] < shape[d]]
-    if partial:
+    # (A symbolic window over a symbolic dim is jax's whole-dim slice.)
+    partial = [d for d in range(rank) if d not in dims and (window[d] < shape[d] or window[d] >= 0 > shape[d])]
+    if partial and symbolic.is_static(s.batch):
         zeros = b.splat(0, I64, s.batch + [len(partial)])
+        matrix = b.op("Concat", matrix, zeros, axis=-1)
+    elif partial:
+        zeros = b.op("ConstantOfShape", symbolic.shape_value(b, symbolic.dims(b, matrix, s.batch) + [len(partial)]),
+                     value=ir.tensor(np.zeros(1, I64)))
         matrix = b.op("Concat", matrix, zeros, axis=-1)
     dims = dims + partial
     if not dims:
@@ -402,7 +411,7 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
               + [("o", d) for d in rest])
     out_shape = s.batch + [window[d] for d in dims if window[d] > 1] + [shape[d] for d in rest]
     updates = _arrange(b, updates, labels, target, out_shape)
-    trash = [shape[dims[0]]] + [0] * (len(dims) - 1)
+    trash = [sizes[dims[0]]] + [0] * (len(dims) - 1)
     extra = len(out_shape) - len(s.batch)
     matrix, updates = _skip_invalid(b, matrix, updates, valid, extra, reduction, dtype, trash)
     idx = _window_offsets(b, matrix, s.batch, [window[d] for d in dims])
@@ -412,12 +421,14 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
         data = _pad_end(b, data, rank, 0, window[dims[0]], dtype)
     if combine is None:
         result = _scatter_node(b, "ScatterND", data, idx, updates, dtype, reduction)
+    elif not static:
+        raise NotImplementedError("a scatter body no ONNX reduction expresses, over symbolic dimensions")
     else:
         data_shape = [shape[d] + (window[d] if padded and i == 0 else 0) for i, d in enumerate(dims + rest)]
         count = int(np.prod(out_shape[:len(out_shape) - len(rest)]))
         result = _scatter_in_order(b, data, idx, updates, combine, data_shape, len(dims), count, dtype)
     if padded:
-        result = _crop(b, result, [shape[dims[0]] + window[dims[0]]], [shape[dims[0]]], [0])
+        result = _crop(b, result, [shape[dims[0]] + window[dims[0]] if static else -1], [sizes[dims[0]]], [0])
     return transpose_to(b, result, np.argsort(dims + rest).tolist())
 
 
