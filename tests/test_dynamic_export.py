@@ -94,6 +94,12 @@ def layer_norm(x, g, beta):
     return (x - mean) / jnp.sqrt(var + 1e-5) * g + beta
 
 
+def batch_norm(x, mean, var, g, beta):
+    """Inference batch norm over NCHW channels."""
+    c = lambda t: t[None, :, None, None]  # noqa: E731
+    return (x - c(mean)) / jnp.sqrt(c(var) + 1e-5) * c(g) + c(beta)
+
+
 def rnn(xs, h0, w):
     """lax.scan over time (axis 1 after a transpose), carrying a symbolic batch."""
     def step(h, x):
@@ -122,8 +128,8 @@ CASES = [
     DynCase("cnn_nchw_avgpool", cnn("NCHW", (2, 2), "avg"), [Arg("b, 3, 8, 8"), Arg("3, 3, 3, 4")], CONV_TOL),
     DynCase("cnn_nhwc_avgpool_stride1", cnn("NHWC", (1, 1), "avg"), [Arg("b, 6, 6, 3"), Arg("3, 3, 3, 4")],
             CONV_TOL),
-    DynCase("attention_fixed_seq", attention, [Arg("b, 4, 8")] * 3, CONV_TOL),
-    DynCase("attention_symbolic_seq", attention, [Arg("b, s, 8")] * 3, CONV_TOL),
+    DynCase("attention_fixed_seq", attention, [Arg("b, 4, 8")] * 3, CONV_TOL, fused=["Softmax"]),
+    DynCase("attention_symbolic_seq", attention, [Arg("b, s, 8")] * 3, CONV_TOL, fused=["Softmax"]),
     DynCase("take", lambda x, i: jnp.take(x, i, axis=0), [Arg("b, 5"), Arg("4", I32, 0, 1)]),
     DynCase("take_rows_by_batch_index", lambda x, i: jnp.take(x, i, axis=1), [Arg("b, 6"), Arg("b", I32, 0, 6)]),
     DynCase("concat_reverse_pad", concat_reverse_pad, [Arg("b, 4")]),
@@ -138,7 +144,9 @@ CASES = [
     DynCase("argmax", lambda x: jnp.argmax(x, axis=0), [Arg("b, 3")]),
     DynCase("argmax_last", lambda x: jnp.argmax(x, axis=-1), [Arg("b, 3")]),
     DynCase("arange", lambda x: x * jnp.arange(x.shape[0], dtype=x.dtype)[:, None], [Arg("b, 3")]),
-    DynCase("layer_norm", layer_norm, [Arg("b, 8"), Arg("8"), Arg("8")], CONV_TOL),
+    DynCase("layer_norm", layer_norm, [Arg("b, 8"), Arg("8"), Arg("8")], CONV_TOL, fused=["LayerNormalization"]),
+    DynCase("layer_norm_symbolic_seq", layer_norm, [Arg("b, s, 8"), Arg("8"), Arg("8")], CONV_TOL,
+            fused=["LayerNormalization"]),
     # -- beyond the issue's list ----------------------------------------------------------------------------
     DynCase("top_k", lambda x: lax.top_k(x, 2), [Arg("b, 5")]),
     DynCase("top_k_batch_axis", lambda x: lax.top_k(x.T, 1), [Arg("b, 3")]),
@@ -154,6 +162,8 @@ CASES = [
     DynCase("mean_over_batch", lambda x: x - x.mean(0), [Arg("b, 3")]),
     DynCase("softmax", lambda x: jax.nn.softmax(x, axis=-1), [Arg("b, 6")], fused=["Softmax"]),
     DynCase("layer_norm_fused", lambda x: jax.nn.standardize(x, axis=-1), [Arg("b, s, 8")], CONV_TOL),
+    DynCase("batch_norm", batch_norm, [Arg("b, 3, 4, 4"), Arg("3"), Arg("3", low=1), Arg("3"), Arg("3")], CONV_TOL,
+            fused=["BatchNormalization"]),
     DynCase("gelu", lambda x: jax.nn.gelu(x, approximate=False), [Arg("b, 6")], fused=["Gelu"]),
     DynCase("slice_stride", lambda x: x[1::2, ::2], [Arg("b, 6")]),
     DynCase("pad_interior", lambda x: lax.pad(x, F32(0), ((1, 0, 1), (0, 0, 0))), [Arg("b, 3")]),
