@@ -7,7 +7,10 @@ are refused by name. Helpers for sizes computed in the graph are in dims.py.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
+from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.ops.dims import known_entries
 from hlo2onnx.ops.shape import iota_line, transpose_to, unsqueeze_missing
@@ -114,10 +117,36 @@ def dynamic_reshape(ctx: RuleContext, x, output_shape):
     return ctx.b.op("Reshape", x, ctx.b.cast(output_shape, np.int64), allowzero=1)
 
 
+# Metadata key of the shape assertions: one per line, as jax states them ("value >= 1 for dimension variable 'b'").
+SHAPE_ASSERTIONS = "jax.shape_assertions"
+# jax's assertion messages, and the condition each states.
+_STATED = [
+    (re.compile(r"symbolic shape constraint (.+?)\. Expected"), "{0}"),
+    (re.compile(r"Expected (value >= -?\d+ for dimension variable '[^']+')"), "{0}"),
+    (re.compile(r"Division had remainder \{0\} when computing the value of '([^']+)'"),
+     "no remainder when computing the value of '{0}'"),
+    (re.compile(r"inconsistency between dimension size (\S+) \(= \{0\}\) and the specification '([^']+)'"),
+     "{0} == {1}"),
+]
+
+
+def _stated(message: str) -> str:
+    for pattern, form in _STATED:
+        found = pattern.search(message)
+        if found:
+            return form.format(*found.groups())
+    return message.split(" Using the following")[0]
+
+
 @register_custom_call("shape_assertion", dynamic=True)
 def shape_assertion(ctx: RuleContext, *_inputs):
-    # jax.export's shape assertions guard the symbolic dims when XLA runs the
-    # module; ONNX Runtime checks input ranks and static dims itself.
+    # jax.export's shape assertions guard the symbolic dims when XLA runs the module. ONNX has no assert
+    # op: they are recorded in the model's metadata, for the deployment to check or show.
     if ctx.out_types:
         raise NotImplementedError("custom call @shape_assertion with results")
+    message = mlir.StringAttr(ctx.hlo_op.attributes["error_message"]).value
+    stated = _stated(message)
+    known = ctx.translator.metadata.get(SHAPE_ASSERTIONS, "")
+    if stated not in known.split("\n"):
+        ctx.translator.metadata[SHAPE_ASSERTIONS] = f"{known}\n{stated}" if known else stated
     return []
