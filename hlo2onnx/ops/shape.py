@@ -150,8 +150,9 @@ def iota_line(b, shape, dtype, axis: int, n=None, full=None) -> ir.Value:
     compute = np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
     if compute.kind in "ub" or compute.itemsize < 4:
         compute = np.dtype(np.int64)
+    start = b.const(0, compute)  # (constants made in the static rule's order: same initializer names)
     stop = b.const(shape[axis], compute) if n is None else b.cast(reshape_to(b, n, []), compute)
-    line = b.op("Range", b.const(0, compute), stop, b.const(1, compute))
+    line = b.op("Range", start, stop, b.const(1, compute))
     line = b.cast(line, dtype) if compute != dtype else line
     if len(shape) == 1:
         return line
