@@ -168,6 +168,7 @@ CASES = [
     DynCase("gelu", lambda x: jax.nn.gelu(x, approximate=False), [Arg("b, 6")], fused=["Gelu"]),
     DynCase("slice_stride", lambda x: x[1::2, ::2], [Arg("b, 6")]),
     DynCase("pad_interior", lambda x: lax.pad(x, F32(0), ((1, 0, 1), (0, 0, 0))), [Arg("b, 3")]),
+    DynCase("pad_by_batch", lambda x: jnp.pad(x, ((x.shape[0], 1), (0, 0))), [Arg("b, 3")]),
     DynCase("reverse", lambda x: x[::-1], [Arg("b, 3")]),
     DynCase("cumsum_int", lambda x: jnp.cumsum(x, axis=0), [Arg("b, 3", I32)]),
     DynCase("cummax", lambda x: lax.cummax(x, axis=0), [Arg("b, 3")]),
@@ -239,3 +240,60 @@ def test_symbolic_model(case: DynCase, x64: bool):
                 assert a.shape == e.shape and a.dtype == e.dtype, (sizes, a.shape, e.shape, a.dtype, e.dtype)
                 rtol, atol = case.tol or TOLERANCE.get(e.dtype, (0, 0))
                 np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"{case.name} at {sizes}")
+
+
+# Symbolic dims ONNX cannot take through these ops, refused with the op, the dim and the user's line.
+REFUSED = [
+    ("conv_symbolic_spatial", lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                                                    dimension_numbers=("NHWC", "HWIO", "NHWC")),
+     ["1, h, w, 3", "3, 3, 3, 4"], "stablehlo.convolution: symbolic dimension 1"),
+    ("conv_same_strided_symbolic_spatial",
+     lambda x, w: lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+     ["1, h, w, 3", "3, 3, 3, 4"], "stablehlo.dynamic_conv: symbolic dimension 1"),
+    ("wide_window_over_batch", lambda x: lax.reduce_window(x, 0.0, lax.add, (9, 1), (1, 1), "VALID"),
+     ["b, 3"], "stablehlo.reduce_window: symbolic dimension 0"),
+    ("cumlogsumexp", lambda x: lax.cumlogsumexp(x, axis=0), ["b, 3"],
+     "dynamic_reduce_window: a cumulative reduction by a body of several ops over a symbolic dimension"),
+]
+
+
+@pytest.mark.parametrize("name, fun, shapes, message", REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused(name, fun, shapes, message):
+    scope = export.SymbolicScope(["b >= 9"] if "b" in shapes[0] else ())
+    args = [jax.ShapeDtypeStruct(export.symbolic_shape(s, scope=scope), jnp.float32) for s in shapes]
+    exported = export.export(jax.jit(fun))(*args)
+    with pytest.raises(hlo2onnx.UnsupportedOpError, match=message) as error:
+        hlo2onnx.convert(exported, dynamic=True)
+    assert f"{__file__}:" in str(error.value)  # the user's line
+
+
+def test_static_graphs_read_no_shapes():
+    """The same models with static shapes: no Shape node, no sizes computed in the graph (but where a static
+    rule reads one: scatter-max's NaN mask is ConstantOfShape(Shape(data)))."""
+    for case in CASES:
+        if case.name == "at_max_runtime_rows":
+            continue
+        args = [jax.ShapeDtypeStruct(concrete(a, case.sizes[1], 0).shape, a.dtype) for a in case.args]
+        proto = hlo2onnx.convert(export.export(jax.jit(case.fun))(*args)).to_proto()
+        assert "Shape" not in {node.op_type for node in proto.graph.node}, case.name
+
+
+def test_mnjit_lower_symbolic(tmp_path):
+    """mnjit(f).lower() over symbolic ShapeDtypeStructs; save() writes the names as dim_params."""
+    from mnjit import mnjit
+
+    fun = CASES[0].fun
+    scope = export.SymbolicScope()
+    specs = [jax.ShapeDtypeStruct(export.symbolic_shape("batch, 8, 8, 3", scope=scope), jnp.float32),
+             jax.ShapeDtypeStruct((3, 3, 3, 4), jnp.float32)]
+    lowered = mnjit(fun).lower(*specs)
+    assert "stablehlo.convolution" in lowered.as_text()
+    lowered.save(tmp_path / "m.onnx")
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    assert _dim_names(proto.graph.input) == [["batch", 8, 8, 3], [3, 3, 3, 4]]
+    assert _dim_names(proto.graph.output) == [["batch"]]
+    session = _session(proto)
+    for n in BATCHES:
+        x, w = rand((n, 8, 8, 3), seed=n), rand((3, 3, 3, 4), seed=0)
+        (actual,) = session.run(None, {i.name: a for i, a in zip(session.get_inputs(), (x, w))})
+        np.testing.assert_allclose(actual, np.asarray(jax.jit(fun)(x, w)), *CONV_TOL)

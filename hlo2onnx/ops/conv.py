@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
-from hlo2onnx.ops.dims import refuse
+from hlo2onnx.ops.dims import known_entries, refuse
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.ops.window import axis_slice, dilate
 from hlo2onnx.registry import allow_dynamic, register
@@ -34,7 +34,17 @@ class ConvWindow:
     reversal: list[bool]
 
 
-allow_dynamic("stablehlo.convolution")
+allow_dynamic("stablehlo.convolution", "stablehlo.dynamic_conv")
+
+
+@register("stablehlo.dynamic_conv")
+def dynamic_conv(ctx: RuleContext, lhs, rhs, padding, **attributes):
+    """convolution with its padding as a tensor: jax's SAME padding over symbolic spatial dims. The padding
+    is used where the graph holds it as constants; the symbolic spatial dims are then refused by name."""
+    known = known_entries(padding, 2 * (ctx.in_types[0].rank - 2))
+    if None in known:
+        refuse(ctx, list(range(ctx.in_types[0].rank)), "a convolution padded by a symbolic amount")
+    return convolution(ctx, lhs, rhs, padding=known, **attributes)
 
 
 @register("stablehlo.convolution")

@@ -54,7 +54,8 @@ def dynamic_reduce_window(ctx: RuleContext, x, init, window, strides, base_dilat
         raise NotImplementedError("dynamic_reduce_window: a window of symbolic size that is not a cumulative "
                                   "reduction")
     if reducer not in COMBINE:
-        raise NotImplementedError(f"a cumulative reduction by {reducer} over a symbolic dimension")
+        raise NotImplementedError(f"dynamic_reduce_window: a cumulative reduction by "
+                                  f"{reducer or 'a body of several ops'} over a symbolic dimension")
     b = ctx.b
     if reducer == "stablehlo.add" and not is_bool(dtype):
         result = b.typed("CumSum", x, b.const(np.int64(axis)), dtype=dtype, cast=(0,), reverse=int(hi is None))
