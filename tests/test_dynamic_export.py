@@ -79,6 +79,15 @@ def cnn(dn: str, strides, pool_op):
     return fun
 
 
+def fully_convolutional(x, w):
+    """Images of any size: SAME conv (stride 1), VALID conv, 2x2 max pooling, a global average."""
+    dn = ("NHWC", "HWIO", "NHWC")
+    y = jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn))
+    y = lax.conv_general_dilated(y, jnp.ones((2, 2, 4, 2), y.dtype), (1, 1), "VALID", dimension_numbers=dn)
+    y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    return y.mean((1, 2))
+
+
 def attention(q, k, v):
     """Multi-head attention over a symbolic sequence: (b, s, 8) -> 2 heads of 4."""
     b, s, _ = q.shape
@@ -129,6 +138,8 @@ CASES = [
     DynCase("cnn_nchw_avgpool", cnn("NCHW", (2, 2), "avg"), [Arg("b, 3, 8, 8"), Arg("3, 3, 3, 4")], CONV_TOL),
     DynCase("cnn_nhwc_avgpool_stride1", cnn("NHWC", (1, 1), "avg"), [Arg("b, 6, 6, 3"), Arg("3, 3, 3, 4")],
             CONV_TOL),
+    DynCase("fully_convolutional", fully_convolutional, [Arg("b, h, w, 3"), Arg("3, 3, 3, 4")], CONV_TOL,
+            sizes=[{"b": 1, "h": 6, "w": 8}, {"b": 7, "h": 9, "w": 5}, {"b": 32, "h": 4, "w": 4}]),
     DynCase("attention_fixed_seq", attention, [Arg("b, 4, 8")] * 3, CONV_TOL, fused=["Softmax"]),
     DynCase("attention_symbolic_seq", attention, [Arg("b, s, 8")] * 3, CONV_TOL, fused=["Softmax"]),
     DynCase("take", lambda x, i: jnp.take(x, i, axis=0), [Arg("b, 5"), Arg("4", I32, 0, 1)]),
@@ -260,8 +271,11 @@ def test_symbolic_model(case: DynCase, x64: bool):
 
 # Symbolic dims ONNX cannot take through these ops, refused with the op, the dim and the user's line.
 REFUSED = [
-    ("conv_symbolic_spatial", lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID",
-                                                                    dimension_numbers=("NHWC", "HWIO", "NHWC")),
+    ("conv_symbolic_features", lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                                                     dimension_numbers=("NHWC", "HWIO", "NHWC")),
+     ["1, 5, 5, c", "3, 3, c, 4"], "stablehlo.convolution: symbolic dimension 3"),
+    ("conv_input_dilated_symbolic_spatial", lambda x, w: lax.conv_general_dilated(
+        x, w, (1, 1), ((0, 0), (0, 0)), lhs_dilation=(2, 2), dimension_numbers=("NHWC", "HWIO", "NHWC")),
      ["1, h, w, 3", "3, 3, 3, 4"], "stablehlo.convolution: symbolic dimension 1"),
     ("conv_same_strided_symbolic_spatial",
      lambda x, w: lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),

@@ -58,8 +58,14 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
     out_shape = ctx.out_type.shape
     # A symbolic batch is all ONNX Conv and the MatMul fallback need (their reshapes keep it as the one -1).
     rank = ctx.in_types[0].rank
-    why = "only the batch dimension of a convolution may be symbolic"
-    refuse(ctx, [d for d in range(rank) if d != dims.input_batch_dimension or batch_group_count > 1], why)
+    in_sp = list(dims.input_spatial_dimensions)
+    # ONNX Conv takes symbolic spatial dims as they are, with static pads >= 0 and no input dilation; the
+    # other forms spell spatial sizes (MatMul over gathered windows, ConvTranspose crops, negative pads).
+    plain = all(p >= 0 for p in np.asarray(padding if padding is not None else [0], np.int64).reshape(-1)) and \
+        all(d == 1 for d in (lhs_dilation or [1])) and _has_conv(b, dtype)
+    why = "only the batch and (for a plain ONNX Conv) spatial dimensions of a convolution may be symbolic"
+    free = {dims.input_batch_dimension} if batch_group_count == 1 else set()
+    refuse(ctx, [d for d in range(rank) if d not in free and not (plain and d in in_sp)], why)
     refuse(ctx, range(rank), why, operand=1)
     if 0 in ctx.in_types[1].shape:
         refuse(ctx, range(rank), "an empty kernel gives a result of zeros, which needs a static shape")
@@ -67,7 +73,7 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
         # An empty kernel (no input features, or an empty window) sums nothing: XLA gives zeros. ORT 1.31's
         # Conv never returns on zero input channels, and OpenVINO leaves such outputs uninitialized (measured).
         return b.splat(0, dtype, out_shape)
-    in_sp, k_sp = list(dims.input_spatial_dimensions), list(dims.kernel_spatial_dimensions)
+    k_sp = list(dims.kernel_spatial_dimensions)
     out_sp = list(dims.output_spatial_dimensions)
     nsp = len(in_sp)
     pads = np.zeros((nsp, 2), np.int64) if padding is None else np.array(padding, np.int64).reshape(nsp, 2)
@@ -103,6 +109,15 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
         y = b.op("Squeeze", y, b.shape_const([2]))
     out_perm = [dims.output_batch_dimension, dims.output_feature_dimension] + out_sp
     return transpose_to(b, y, [int(i) for i in np.argsort(out_perm)])
+
+
+def _has_conv(b, dtype) -> bool:
+    """Whether the target runs ONNX Conv for `dtype` (else the MatMul form, which needs static sizes)."""
+    try:
+        b.target.compute_dtype("Conv", dtype)
+    except NotImplementedError:
+        return False
+    return True
 
 
 def _fold_batch_groups(b, x, x_shape, count) -> tuple[ir.Value, list[int]]:
