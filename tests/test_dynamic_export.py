@@ -43,6 +43,7 @@ class DynCase:
     tol: tuple[float, float] | None = None
     fused: Sequence[str] = ()  # ONNX op types the graph must hold (fusions that must still fire)
     constraints: Sequence[str] = ()
+    opset: int = hlo2onnx.DEFAULT_OPSET
     sizes: Sequence[dict[str, int]] = field(default_factory=lambda: [{"b": n, "s": s}
                                                                      for n, s in zip(BATCHES, (3, 5, 3))])
 
@@ -142,6 +143,8 @@ CASES = [
             sizes=[{"b": 1, "h": 6, "w": 8}, {"b": 7, "h": 9, "w": 5}, {"b": 32, "h": 4, "w": 4}]),
     DynCase("attention_fixed_seq", attention, [Arg("b, 4, 8")] * 3, CONV_TOL, fused=["Softmax"]),
     DynCase("attention_symbolic_seq", attention, [Arg("b, s, 8")] * 3, CONV_TOL, fused=["Softmax"]),
+    DynCase("attention_symbolic_seq_opset23", attention, [Arg("b, s, 8")] * 3, CONV_TOL, fused=["Attention"],
+            opset=23),
     DynCase("take", lambda x, i: jnp.take(x, i, axis=0), [Arg("b, 5"), Arg("4", I32, 0, 1)]),
     DynCase("take_rows_by_batch_index", lambda x, i: jnp.take(x, i, axis=1), [Arg("b, 6"), Arg("b", I32, 0, 6)]),
     DynCase("concat_reverse_pad", concat_reverse_pad, [Arg("b, 4")]),
@@ -231,7 +234,7 @@ def _session(proto: onnx.ModelProto) -> ort.InferenceSession:
 
 def _convert(case: DynCase) -> tuple[export.Exported, onnx.ModelProto]:
     exported = export.export(jax.jit(case.fun))(*specs(case))
-    return exported, hlo2onnx.convert(exported, dynamic=True).to_proto()
+    return exported, hlo2onnx.convert(exported, dynamic=True, opset=case.opset).to_proto()
 
 
 def _dim_names(values) -> list[list[str | int]]:
