@@ -30,8 +30,9 @@ _INT64_MAX = np.iinfo(np.int64).max
 def dynamic_reduce_window(ctx: RuleContext, x, init, window, strides, base_dilations, window_dilations, padding,
                           **_config):
     """jax's reduce_window with window attributes as tensors (symbolic dims): the static form where the graph
-    holds them as constants, else jax's cumulative reductions over a symbolic axis (window = the axis, padded
-    by its length - 1 on one side), which become CumSum."""
+    holds them as constants, else jax's cumulative reductions over a symbolic axis: CumSum, or the doubling
+    scan. That form is read from its shape (one symbolic window, padded by a symbolic amount on one side and
+    nothing else): jax's cumsum/cummax/cumprod are what emit a symbolic window, as the axis' length."""
     if len(ctx.in_types) != 7:
         raise NotImplementedError("variadic dynamic_reduce_window")
     rank = ctx.in_types[0].rank
