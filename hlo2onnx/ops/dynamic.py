@@ -21,7 +21,8 @@ from hlo2onnx.types import TensorType, set_type
 _ELEMENTWISE = (
     "add subtract multiply divide remainder power maximum minimum negate abs sign exponential log sqrt rsqrt "
     "cbrt tanh sine cosine tan floor ceil round_nearest_even round_nearest_afz logistic exponential_minus_one "
-    "log_plus_one is_finite and or xor not compare select clamp convert"
+    "log_plus_one is_finite and or xor not compare select clamp convert atan2 shift_left shift_right_logical "
+    "shift_right_arithmetic popcnt count_leading_zeros bitcast_convert reduce_precision"
 )
 allow_dynamic(*(f"stablehlo.{op}" for op in _ELEMENTWISE.split()))
 # These rules take their sizes from their operands, or handle -1 dims themselves.

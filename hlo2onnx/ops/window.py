@@ -35,7 +35,7 @@ COMBINE = {
     "stablehlo.or": ("Or", "BitwiseOr"),
 }
 # Windows up to this size combine one strided slice per element; longer ones double.
-_DIRECT_WINDOW = 8
+DIRECT_WINDOW = 8
 
 
 def identity(reducer: str, dtype: np.dtype):
@@ -132,10 +132,10 @@ def reduce_window_with(ctx: RuleContext, x, init, body, win: Window) -> ir.Value
     symbolic = [a for a in range(len(shape)) if shape[a] < 0 and win.active(a)]
     if symbolic:
         # Windows sliding along a symbolic axis: the strided slices count from its end.
-        if reducer not in COMBINE or any(win.base_dilation[a] > 1 or win.size[a] > _DIRECT_WINDOW
+        if reducer not in COMBINE or any(win.base_dilation[a] > 1 or win.size[a] > DIRECT_WINDOW
                                          for a in symbolic):
             dims.refuse(ctx, symbolic, f"a window over a symbolic dimension (by {reducer}, base dilation, or "
-                                       f"wider than {_DIRECT_WINDOW})")
+                                       f"wider than {DIRECT_WINDOW})")
         result = _general(b, x, reducer, dtype, shape, win)
         return result if is_constant(init, identity(reducer, dtype)) else combine(b, reducer, dtype, result, init)
     if reducer not in COMBINE:
@@ -219,14 +219,14 @@ def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
     merge = lambda u, v, *_: combine(b, reducer, dtype, u, v)  # noqa: E731 - identity fill: nothing to mask
     for axis in range(len(shape)):
         if shape[axis] < 0 and (win.size[axis] > 1 or win.stride[axis] > 1):
-            x = _symbolic_window_axis(b, x, merge, axis, win.size[axis], win.stride[axis], win.dilation[axis])
+            x = symbolic_window_axis(b, x, merge, axis, win.size[axis], win.stride[axis], win.dilation[axis])
         elif win.size[axis] > 1 or win.stride[axis] > 1:
             x, _ = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
                                 win.dilation[axis], None)
     return x
 
 
-def _symbolic_window_axis(b, x, merge, axis, k, stride, dilation) -> ir.Value:
+def symbolic_window_axis(b, x, merge, axis, k, stride, dilation) -> ir.Value:
     """_window_axis's direct form along a symbolic axis: element t of every window is the slice from
     t * dilation that stops (extent - 1 - t * dilation) before the end, every `stride`: each holds
     ceil((n - extent + 1) / stride) elements, the window count."""
@@ -329,7 +329,7 @@ def _window_axis(b, x, merge, axis, n, k, stride, dilation, valid):
     def merge_ok(u, v, u_ok, v_ok):
         return merge(u, v, axis, u_ok, v_ok), u_ok | v_ok
 
-    if k <= _DIRECT_WINDOW:
+    if k <= DIRECT_WINDOW:
         result = result_ok = None
         for t in range(k):
             stop = t * dilation + (out - 1) * stride + 1

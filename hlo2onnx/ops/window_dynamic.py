@@ -15,7 +15,8 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx.builder import graph_input
 from hlo2onnx.ops import dims
 from hlo2onnx.ops.reduce import is_constant, single_reducer
-from hlo2onnx.ops.window import COMBINE, Window, combine, identity, reduce_window_with
+from hlo2onnx.ops.window import DIRECT_WINDOW, COMBINE, Window, combine, identity, reduce_window_with, \
+    symbolic_window_axis
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_bool
@@ -45,12 +46,14 @@ def dynamic_reduce_window(ctx: RuleContext, x, init, window, strides, base_dilat
         win = Window.read(size, stride, pads, base, dilation)
         dims.refuse(ctx, [a for a in range(rank) if win.active(a)], "a window over a symbolic dimension")
         return reduce_window_with(ctx, x, init, body, win)
+    reducer, dtype = single_reducer(body), ctx.out_type.dtype
+    if None not in size + stride + base + dilation:
+        return _padded_by_tensor(ctx, x, init, padding, reducer, Window.read(size, stride, None, base, dilation))
     unknown = [a for a in range(rank) if None in (size[a], pads[2 * a], pads[2 * a + 1])]
     axis = unknown[0]
     lo, hi = pads[2 * axis], pads[2 * axis + 1]
     plain = all(v == 1 for v in stride + base + dilation) and all(
         size[a] == 1 and pads[2 * a] == pads[2 * a + 1] == 0 for a in range(rank) if a != axis)
-    reducer, dtype = single_reducer(body), ctx.out_type.dtype
     if len(unknown) != 1 or not plain or size[axis] is not None or (lo, hi) not in ((None, 0), (0, None)):
         raise NotImplementedError("dynamic_reduce_window: a window of symbolic size that is not a cumulative "
                                   "reduction")
@@ -63,6 +66,25 @@ def dynamic_reduce_window(ctx: RuleContext, x, init, window, strides, base_dilat
     else:
         result = _doubling_scan(ctx, x, reducer, axis, hi is None)
     return result if is_constant(init, identity(reducer, dtype)) else combine(b, reducer, dtype, result, init)
+
+
+def _padded_by_tensor(ctx: RuleContext, x, init, padding, reducer, win: Window) -> ir.Value:
+    """A static window over an input padded by amounts known at run time (jax's SAME padding of a symbolic
+    image size): Pad with the reducer's identity, then strided slices counted from the end."""
+    rank, dtype = ctx.in_types[0].rank, ctx.out_type.dtype
+    active = [a for a in range(rank) if win.active(a) or ctx.in_types[0].shape[a] < 0]
+    if reducer not in COMBINE or any(win.base_dilation[a] > 1 or win.size[a] > DIRECT_WINDOW for a in active):
+        dims.refuse(ctx, range(rank), f"a window padded by a symbolic amount (by {reducer}, base dilation, or "
+                                      f"wider than {DIRECT_WINDOW})")
+    b = ctx.b
+    # (rank, 2) low/high pairs -> ONNX's [lows..., highs...]
+    pads = b.op("Reshape", b.op("Transpose", b.cast(padding, np.int64), perm=[1, 0]), b.shape_const([-1]))
+    x = b.typed("Pad", x, pads, b.const(identity(reducer, dtype)), dtype=dtype, cast=(0, 2), mode="constant")
+    merge = lambda u, v, *_: combine(b, reducer, dtype, u, v)  # noqa: E731
+    for axis in range(rank):
+        if win.size[axis] > 1 or win.stride[axis] > 1:
+            x = symbolic_window_axis(b, x, merge, axis, win.size[axis], win.stride[axis], win.dilation[axis])
+    return x if is_constant(init, identity(reducer, dtype)) else combine(b, reducer, dtype, x, init)
 
 
 def _doubling_scan(ctx: RuleContext, x: ir.Value, reducer: str, axis: int, reverse: bool) -> ir.Value:
