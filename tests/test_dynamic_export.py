@@ -142,6 +142,9 @@ CASES = [
             CONV_TOL),
     DynCase("fully_convolutional", fully_convolutional, [Arg("b, h, w, 3"), Arg("3, 3, 3, 4")], CONV_TOL,
             sizes=[{"b": 1, "h": 6, "w": 8}, {"b": 7, "h": 9, "w": 5}, {"b": 32, "h": 4, "w": 4}]),
+    DynCase("conv_same_strided_any_size", lambda x, w: lax.conv_general_dilated(
+        x, w, (2, 2), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW")), [Arg("b, 3, h, w"), Arg("4, 3, 3, 3")],
+            CONV_TOL, sizes=[{"b": 1, "h": 5, "w": 6}, {"b": 7, "h": 8, "w": 7}, {"b": 32, "h": 3, "w": 4}]),
     DynCase("attention_fixed_seq", attention, [Arg("b, 4, 8")] * 3, CONV_TOL, fused=["Softmax"]),
     DynCase("attention_symbolic_seq", attention, [Arg("b, s, 8")] * 3, CONV_TOL, fused=["Softmax"]),
     DynCase("attention_symbolic_seq_opset23", attention, [Arg("b, s, 8")] * 3, CONV_TOL, fused=["Attention"],
@@ -313,9 +316,6 @@ REFUSED = [
     ("conv_input_dilated_symbolic_spatial", lambda x, w: lax.conv_general_dilated(
         x, w, (1, 1), ((0, 0), (0, 0)), lhs_dilation=(2, 2), dimension_numbers=("NHWC", "HWIO", "NHWC")),
      ["1, h, w, 3", "3, 3, 3, 4"], "stablehlo.convolution: symbolic dimension 1"),
-    ("conv_same_strided_symbolic_spatial",
-     lambda x, w: lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
-     ["1, h, w, 3", "3, 3, 3, 4"], "stablehlo.dynamic_conv: symbolic dimension 1"),
     ("wide_window_over_batch", lambda x: lax.reduce_window(x, 0.0, lax.add, (9, 1), (1, 1), "VALID"),
      ["b, 3"], "stablehlo.reduce_window: symbolic dimension 0"),
     ("cumlogsumexp", lambda x: lax.cumlogsumexp(x, axis=0), ["b, 3"],

@@ -12,9 +12,8 @@ ELSEWHERE = {
                   "custom_call @shape_assertion")},
     **{op: "test_dynamic_export.py (jax.export over symbolic dims, run at three sizes)"
        for op in ("stablehlo.dynamic_iota", "stablehlo.dynamic_gather", "stablehlo.real_dynamic_slice",
-                  "stablehlo.dynamic_pad", "stablehlo.composite", "custom_call @stablehlo.dynamic_reduce_window")},
-    # Only jax's SAME padding over symbolic spatial dims emits it, which ONNX Conv cannot take.
-    "stablehlo.dynamic_conv": "test_dynamic_export.py::test_refused (named in the refusal)",
+                  "stablehlo.dynamic_pad", "stablehlo.dynamic_conv", "stablehlo.composite",
+                  "custom_call @stablehlo.dynamic_reduce_window")},
     **{op: "test_host_callbacks.py (results and side effects against jax.jit)"
        for op in ("custom_call @xla_ffi_python_cpu_callback", "stablehlo.after_all")},
     # jax 0.12 lowers jnp.abs of complex itself; 0.10 and 0.11 still emit the op.

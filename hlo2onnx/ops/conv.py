@@ -8,7 +8,7 @@ contracted with MatMul, so the result stays exact in the op's own dtype.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
@@ -38,13 +38,30 @@ allow_dynamic("stablehlo.convolution", "stablehlo.dynamic_conv")
 
 
 @register("stablehlo.dynamic_conv")
-def dynamic_conv(ctx: RuleContext, lhs, rhs, padding, **attributes):
-    """convolution with its padding as a tensor: jax's SAME padding over symbolic spatial dims. The padding
-    is used where the graph holds it as constants; the symbolic spatial dims are then refused by name."""
-    known = known_entries(padding, 2 * (ctx.in_types[0].rank - 2))
-    if None in known:
-        refuse(ctx, list(range(ctx.in_types[0].rank)), "a convolution padded by a symbolic amount")
-    return convolution(ctx, lhs, rhs, padding=known, **attributes)
+def dynamic_conv(ctx: RuleContext, lhs, rhs, padding, *, dimension_numbers, **attributes):
+    """convolution with its padding as a tensor: jax's strided SAME padding over symbolic image sizes. Padding
+    the graph holds as constants is the convolution's own; else the input is padded first (ONNX Pad takes
+    run-time amounts, Conv's pads attribute does not) and convolved unpadded."""
+    rank = ctx.in_types[0].rank
+    known = known_entries(padding, 2 * (rank - 2))
+    if None not in known:
+        return convolution(ctx, lhs, rhs, dimension_numbers=dimension_numbers, padding=known, **attributes)
+    if any(d != 1 for d in attributes.get("lhs_dilation") or [1]):
+        refuse(ctx, range(rank), "a convolution with input dilation padded by a symbolic amount")
+    b = ctx.b
+    spatial = list(stablehlo.ConvDimensionNumbers(dimension_numbers).input_spatial_dimensions)
+    pairs = b.cast(padding, np.int64)  # (spatial, 2): low, high
+    side = lambda i, j: b.op("Slice", b.op("Gather", pairs, b.shape_const([i]), axis=0),  # noqa: E731
+                             b.shape_const([j]), b.shape_const([j + 1]), b.shape_const([1]))
+    pads = [b.op("Reshape", side(spatial.index(a), j), b.shape_const([1])) if a in spatial else b.shape_const([0])
+            for j in (0, 1) for a in range(rank)]
+    dtype = ctx.out_type.dtype
+    padded = b.typed("Pad", b.cast(lhs, dtype), b.op("Concat", *pads, axis=0), b.const(np.zeros((), dtype)),
+                     dtype=dtype, cast=(0, 2), mode="constant")
+    # The padded input's spatial sizes differ from the operand's: they are symbolic to the convolution.
+    shape = tuple(-1 if a in spatial else n for a, n in enumerate(ctx.in_types[0].shape))
+    padded_ctx = replace(ctx, in_types=[ctx.in_types[0]._replace(shape=shape), *ctx.in_types[1:]])
+    return convolution(padded_ctx, padded, rhs, dimension_numbers=dimension_numbers, **attributes)
 
 
 @register("stablehlo.convolution")
