@@ -114,11 +114,9 @@ allow_dynamic("stablehlo.reduce_window")
 def reduce_window(ctx: RuleContext, *operands, window_dimensions, window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None):
     win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
-    rank = len(win.size)
-    # Symbolic dims pass through the axes the window leaves alone (a pooling's batch); a windowed one would
-    # need its window count computed in the graph.
-    dims.refuse(ctx, [a for a in range(rank) if len(operands) != 2], "a variadic reduce_window")
     if len(operands) != 2:
+        # (Its masks and index windows are built from static sizes.)
+        dims.refuse(ctx, range(len(win.size)), "a variadic reduce_window")
         from hlo2onnx.ops.window_variadic import variadic_reduce_window  # it builds on this module
         return variadic_reduce_window(ctx, operands, win)
     return reduce_window_with(ctx, *operands, ctx.hlo_op.regions[0].blocks[0], win)
