@@ -73,11 +73,11 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
     if feature_group_count > 1 and batch_group_count > 1:
         raise NotImplementedError("feature_group_count and batch_group_count both above 1")
     out_shape = ctx.out_type.shape
-    # A symbolic batch is all ONNX Conv and the MatMul fallback need (their reshapes keep it as the one -1).
+    # A symbolic batch every form takes (their reshapes keep it as the one -1). Symbolic spatial dims only ONNX
+    # Conv with static pads >= 0 and no input dilation takes as they are; the other forms spell spatial sizes
+    # (the MatMul over gathered windows, ConvTranspose's crops, the crops of negative pads).
     rank = ctx.in_types[0].rank
     in_sp = list(dims.input_spatial_dimensions)
-    # ONNX Conv takes symbolic spatial dims as they are, with static pads >= 0 and no input dilation; the
-    # other forms spell spatial sizes (MatMul over gathered windows, ConvTranspose crops, negative pads).
     plain = all(p >= 0 for p in np.asarray(padding if padding is not None else [0], np.int64).reshape(-1)) and \
         all(d == 1 for d in (lhs_dilation or [1])) and _has_conv(b, dtype)
     why = "only the batch and (for a plain ONNX Conv) spatial dimensions of a convolution may be symbolic"
