@@ -83,6 +83,8 @@ class Translator:
         # hash is its Python object's).
         self._types: dict[mlir.Type, TensorType] = {}
         self._lines: dict[mlir.Attribute, str | None] = {}
+        # Model metadata the rules record (jax.export's shape assertions), written into the model's metadata_props.
+        self.metadata: dict[str, str] = {}
 
     # -- entry -------------------------------------------------------------------
     def translate(self, name: str = "main", graph_name: str = "main") -> ir.Model:
@@ -108,6 +110,7 @@ class Translator:
         results = [value for value, rtype in zip(results, result_types) if not is_token(rtype)]
         graph.outputs.extend(self._graph_outputs(results, builder, used_names))
         model = ir.Model(graph, ir_version=IR_VERSION, producer_name="hlo2onnx")
+        model.metadata_props.update(self.metadata)
         if any(host_calls.is_host_call(node) for node in graph.all_nodes()):
             last_effect = host_calls.order_effects(graph)
             if not graph.outputs and last_effect is not None:

@@ -64,6 +64,8 @@ class MnjitLowered:
     conversion: hlo2onnx.ConversionReport | None = None
     # Keeps the signature's Python callbacks callable (mnjit/host_callbacks.py).
     callbacks: host_callbacks.Registration | None = None
+    # A lowering over symbolic dims goes through jax.export (its StableHLO is the artifact's).
+    exported: Any = None
 
     def report(self) -> str:
         """Per StableHLO op kind, the ONNX op types it became; the fusions that fired; node counts before/after;
@@ -75,6 +77,8 @@ class MnjitLowered:
         return self.traced.jaxpr
 
     def as_text(self, debug_info: bool = False) -> str:
+        if self.exported is not None:
+            return self.exported.mlir_module()
         return self.lowered.as_text(debug_info=debug_info)
 
     @property
@@ -95,6 +99,12 @@ class MnjitLowered:
         """
         host_callbacks.refuse_saving(self.callbacks, self.model)
         save_model(self.model, path, external_data)
+
+
+def _has_symbolic_dims(tree) -> bool:
+    """Whether some leaf's shape has a dim that is not a number (jax.export.symbolic_shape)."""
+    return any(not isinstance(d, int) for leaf in jax.tree_util.tree_leaves(tree)
+               for d in getattr(leaf, "shape", ()))
 
 
 class _PythonPath(Exception):
@@ -330,6 +340,11 @@ class MnjitFunction:
 
     # -- capture and translation -------------------------------------------------------
     def lower(self, *args, **kwargs) -> MnjitLowered | partitioned.PartitionedLowered:
+        """Captures and translates one signature. Arguments may be arrays or jax.ShapeDtypeStructs; shapes
+        may hold symbolic dims (`jax.export.symbolic_shape("b, 3")`), which the model keeps as ONNX
+        dim_params named as written (for `save`: mnjit itself runs concrete shapes)."""
+        if _has_symbolic_dims((args, kwargs)):
+            return self._lower_symbolic(args, kwargs)
         # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.
         with InterruptGuard():
             traced = self._jitted.trace(*args, **kwargs)
@@ -339,6 +354,20 @@ class MnjitFunction:
             conversion, callbacks = host_callbacks.translate(lowered, self._target, self._opset,
                                                              getattr(self._fun, "__name__", "main"))
         return MnjitLowered(traced, lowered, conversion.model, conversion, callbacks)
+
+    def _lower_symbolic(self, args: tuple, kwargs: dict) -> MnjitLowered:
+        """Shape-polymorphic capture: jax.export's lowering (dimension variables, shape assertions), then the
+        same translation hlo2onnx.convert gives artifacts (dynamic=True)."""
+        if self._fallback:
+            raise ValueError("fallback=True needs concrete shapes: symbolic dims cannot split into partitions")
+        with InterruptGuard():
+            traced = self._jitted.trace(*args, **kwargs)
+            exported = jax.export.export(self._jitted)(*args, **kwargs)
+            converted = hlo2onnx.convert(exported, target=self._target, opset=self._opset, dynamic=True,
+                                         name=getattr(self._fun, "__name__", "main"))
+        report = hlo2onnx.ConversionReport(converted.model, converted.op_counts, converted.optimized,
+                                           converted.target, converted.violations)
+        return MnjitLowered(traced, None, converted.model, report, exported=exported)
 
     def _compile(self, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
         with InterruptGuard():

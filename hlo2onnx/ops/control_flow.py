@@ -25,13 +25,17 @@ from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.builder import Builder, graph_input
 from hlo2onnx.ops.loop_analysis import hoist_invariants, int_constant, op_name, plan_loop, scan_overrides
-from hlo2onnx.registry import register
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, set_type
 
 _INT64_MIN = np.iinfo(np.int64).min
 _SCALAR_I64 = TensorType((), np.dtype(np.int64))
 _SCALAR_BOOL = TensorType((), np.dtype(np.bool_))
+# Loop and If carry symbolic dims as they are; the ops of their bodies are checked one by one.
+allow_dynamic("stablehlo.while", "stablehlo.case", "stablehlo.if")
+
+
 # -- rules -------------------------------------------------------------------------------------------------
 @register("stablehlo.while")
 def while_(ctx: RuleContext, *inits):

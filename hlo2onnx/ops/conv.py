@@ -8,16 +8,17 @@ contracted with MatMul, so the result stays exact in the op's own dtype.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx.ops.dims import known_entries, refuse
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.ops.window import axis_slice, dilate
-from hlo2onnx.registry import register
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 
 
@@ -33,6 +34,36 @@ class ConvWindow:
     reversal: list[bool]
 
 
+allow_dynamic("stablehlo.convolution", "stablehlo.dynamic_conv")
+
+
+@register("stablehlo.dynamic_conv")
+def dynamic_conv(ctx: RuleContext, lhs, rhs, padding, *, dimension_numbers, **attributes):
+    """convolution with its padding as a tensor: jax's strided SAME padding over symbolic image sizes. Padding
+    the graph holds as constants is the convolution's own; else the input is padded first (ONNX Pad takes
+    run-time amounts, Conv's pads attribute does not) and convolved unpadded."""
+    rank = ctx.in_types[0].rank
+    known = known_entries(padding, 2 * (rank - 2))
+    if None not in known:
+        return convolution(ctx, lhs, rhs, dimension_numbers=dimension_numbers, padding=known, **attributes)
+    if any(d != 1 for d in attributes.get("lhs_dilation") or [1]):
+        refuse(ctx, range(rank), "a convolution with input dilation padded by a symbolic amount")
+    b = ctx.b
+    spatial = list(stablehlo.ConvDimensionNumbers(dimension_numbers).input_spatial_dimensions)
+    pairs = b.cast(padding, np.int64)  # (spatial, 2): low, high
+    side = lambda i, j: b.op("Slice", b.op("Gather", pairs, b.shape_const([i]), axis=0),  # noqa: E731
+                             b.shape_const([j]), b.shape_const([j + 1]), b.shape_const([1]))
+    pads = [b.op("Reshape", side(spatial.index(a), j), b.shape_const([1])) if a in spatial else b.shape_const([0])
+            for j in (0, 1) for a in range(rank)]
+    dtype = ctx.out_type.dtype
+    padded = b.typed("Pad", b.cast(lhs, dtype), b.op("Concat", *pads, axis=0), b.const(np.zeros((), dtype)),
+                     dtype=dtype, cast=(0, 2), mode="constant")
+    # The padded input's spatial sizes differ from the operand's: they are symbolic to the convolution.
+    shape = tuple(-1 if a in spatial else n for a, n in enumerate(ctx.in_types[0].shape))
+    padded_ctx = replace(ctx, in_types=[ctx.in_types[0]._replace(shape=shape), *ctx.in_types[1:]])
+    return convolution(padded_ctx, padded, rhs, dimension_numbers=dimension_numbers, **attributes)
+
+
 @register("stablehlo.convolution")
 def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_count=1, batch_group_count=1,
                 window_strides=None, padding=None, lhs_dilation=None, rhs_dilation=None, window_reversal=None):
@@ -42,11 +73,24 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
     if feature_group_count > 1 and batch_group_count > 1:
         raise NotImplementedError("feature_group_count and batch_group_count both above 1")
     out_shape = ctx.out_type.shape
+    # A symbolic batch every form takes (their reshapes keep it as the one -1). Symbolic spatial dims only ONNX
+    # Conv with static pads >= 0 and no input dilation takes as they are; the other forms spell spatial sizes
+    # (the MatMul over gathered windows, ConvTranspose's crops, the crops of negative pads).
+    rank = ctx.in_types[0].rank
+    in_sp = list(dims.input_spatial_dimensions)
+    plain = all(p >= 0 for p in np.asarray(padding if padding is not None else [0], np.int64).reshape(-1)) and \
+        all(d == 1 for d in (lhs_dilation or [1])) and _has_kernel(b, "Conv", dtype)
+    why = "only the batch and (for a plain ONNX Conv) spatial dimensions of a convolution may be symbolic"
+    free = {dims.input_batch_dimension} if batch_group_count == 1 else set()
+    refuse(ctx, [d for d in range(rank) if d not in free and not (plain and d in in_sp)], why)
+    refuse(ctx, range(rank), why, operand=1)
+    if 0 in ctx.in_types[1].shape:
+        refuse(ctx, range(rank), "an empty kernel gives a result of zeros, which needs a static shape")
     if 0 in ctx.in_types[1].shape and 0 not in out_shape and all(isinstance(d, int) for d in out_shape):
         # An empty kernel (no input features, or an empty window) sums nothing: XLA gives zeros. ORT 1.31's
         # Conv never returns on zero input channels, and OpenVINO leaves such outputs uninitialized (measured).
         return b.splat(0, dtype, out_shape)
-    in_sp, k_sp = list(dims.input_spatial_dimensions), list(dims.kernel_spatial_dimensions)
+    k_sp = list(dims.kernel_spatial_dimensions)
     out_sp = list(dims.output_spatial_dimensions)
     nsp = len(in_sp)
     pads = np.zeros((nsp, 2), np.int64) if padding is None else np.array(padding, np.int64).reshape(nsp, 2)
@@ -86,7 +130,8 @@ def convolution(ctx: RuleContext, lhs, rhs, *, dimension_numbers, feature_group_
 
 
 def _has_kernel(b, op_type: str, dtype) -> bool:
-    """Whether the target runs `op_type` on `dtype` or a wider type (IREE's importer lacks ConvTranspose)."""
+    """Whether the target runs `op_type` on `dtype` or a wider type: Conv (else the MatMul form, which needs
+    static sizes), ConvTranspose (IREE's importer lacks it)."""
     try:
         b.target.compute_dtype(op_type, dtype)
     except NotImplementedError:

@@ -19,11 +19,12 @@ import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
+from hlo2onnx.ops import dims as symbolic
 from hlo2onnx.ops.linalg_kit import loop, loop_step
 from hlo2onnx.ops.reduce import single_reducer
 from hlo2onnx.ops.shape import reshape_to, transpose_to
 from hlo2onnx.ops.window import body_applier
-from hlo2onnx.registry import register
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_bool, is_float
 
@@ -70,24 +71,51 @@ def _with_batching_columns(b, s: _Starts) -> tuple[ir.Value, list[int]]:
     """The matrix with one iota column per batching dim, and the operand dim of every column."""
     columns, dims = [s.matrix], list(s.dims)
     for d, j in s.pairs:
-        iota = np.arange(s.batch[j], dtype=np.int64).reshape([-1 if i == j else 1 for i in range(len(s.batch))] + [1])
-        columns.append(b.op("Expand", b.const(iota), b.shape_const(s.batch + [1])))
+        aligned = [-1 if i == j else 1 for i in range(len(s.batch))] + [1]
+        if symbolic.is_static(s.batch):
+            iota = b.const(np.arange(s.batch[j], dtype=np.int64).reshape(aligned))
+            columns.append(b.op("Expand", iota, b.shape_const(s.batch + [1])))
+        else:  # a symbolic batch: the iota's length and the broadcast shape read from the matrix
+            n = b.op("Squeeze", b.op("Shape", s.matrix, start=j, end=j + 1))
+            iota = reshape_to(b, b.op("Range", b.const(np.int64(0)), n, b.const(np.int64(1))), aligned)
+            full = symbolic.shape_value(b, symbolic.dims(b, s.matrix, s.batch) + [1])
+            columns.append(b.op("Expand", iota, full))
         dims.append(d)
     return (b.op("Concat", *columns, axis=-1) if len(columns) > 1 else s.matrix), dims
 
 
-def _known_within(s: _Starts, high: Sequence[int]) -> bool:
+def _known_within(s: _Starts, high: Sequence[symbolic.Dim]) -> bool:
     """Whether every start column is known to lie in [0, high] (no columns, or constant indices)."""
-    return not s.dims or (s.const is not None and bool(((s.const >= 0) & (s.const <= np.asarray(high))).all()))
+    if not s.dims:
+        return True
+    if not all(isinstance(h, int) for h in high):
+        return False
+    return s.const is not None and bool(((s.const >= 0) & (s.const <= np.asarray(high))).all())
+
+
+def _high(b, operand: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]):
+    """The largest start of each of `dims` whose window still fits (`dim - size`): an int, or a 1-element
+    int64 tensor where the operand's dim is symbolic."""
+    high: list[symbolic.Dim] = []
+    for d in dims:
+        if not isinstance(sizes[d], int) or sizes[d] < 0:
+            raise NotImplementedError(f"a window of symbolic size along indexed dimension {d}")
+        n = symbolic.dim(b, operand, d, shape[d])
+        high.append(n - sizes[d] if isinstance(n, int) else b.op("Sub", n, b.shape_const([sizes[d]])))
+    return high
+
+
+def _bound(b, high: Sequence[symbolic.Dim]) -> ir.Value:
+    return b.const(np.asarray(high, np.int64)) if all(isinstance(h, int) for h in high) \
+        else symbolic.shape_value(b, high)
 
 
 def _fits(b, s: _Starts, high: Sequence[int]) -> ir.Value | None:
     """Bool of shape `batch`: every start column lies in [0, high]; None when that is known statically."""
     if _known_within(s, high):
         return None
-    high = np.asarray(high, np.int64)
     ok = b.op("And", b.op("GreaterOrEqual", s.matrix, b.const(np.zeros(1, I64))),
-              b.op("LessOrEqual", s.matrix, b.const(high)))
+              b.op("LessOrEqual", s.matrix, _bound(b, high)))
     if len(s.dims) == 1:
         return reshape_to(b, ok, s.batch)
     return b.op("ReduceMin", ok, b.shape_const([-1]), keepdims=0)
@@ -95,7 +123,7 @@ def _fits(b, s: _Starts, high: Sequence[int]) -> ir.Value | None:
 
 def _clamp(b, starts: ir.Value, high: Sequence[int]) -> ir.Value:
     """XLA's clamp of start indices into [0, high] (high = dim - slice size)."""
-    clipped = b.op("Min", starts, b.const(np.asarray(high, np.int64)))
+    clipped = b.op("Min", starts, _bound(b, high))
     return b.op("Max", clipped, b.const(np.zeros(1, I64)))
 
 
@@ -111,7 +139,10 @@ def _window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[int])
     offsets = np.zeros([sizes[k] for k in wide] + [len(sizes)], np.int64)
     for axis, k in enumerate(wide):
         offsets[..., k] = grid[axis]
-    starts = reshape_to(b, starts, batch + [1] * len(wide) + [len(sizes)])
+    if symbolic.is_static(batch):
+        starts = reshape_to(b, starts, batch + [1] * len(wide) + [len(sizes)])
+    else:
+        starts = b.op("Unsqueeze", starts, b.shape_const(list(range(len(batch), len(batch) + len(wide)))))
     return b.op("Add", starts, b.const(offsets))
 
 
@@ -122,7 +153,10 @@ def _arrange(b, x: ir.Value, labels: list[Label], target: list[Label], out_shape
     perm = [labels.index(label) for label in present] + [i for i, lb in enumerate(labels) if lb not in target]
     x = transpose_to(b, x, perm)
     if present != target or len(labels) != len(target):
-        x = reshape_to(b, x, out_shape)
+        # Only unit axes come and go: symbolic sizes are read from x's own axes.
+        parts = [symbolic.dim(b, x, present.index(label), n) if label in present else n
+                 for label, n in zip(target, out_shape)]
+        x = symbolic.reshape(b, x, parts)
     return x
 
 
@@ -133,12 +167,12 @@ def _labels(rank: int, window_axes: Sequence[int], window_dims: Sequence[int]) -
     return [("o", window[axis]) if axis in window else ("b", next(batch)) for axis in range(rank)]
 
 
-def _crop(b, x: ir.Value, shape: Sequence[int], sizes: Sequence[int], dims: Sequence[int]) -> ir.Value:
-    """x[0:sizes[d]] along each of `dims` narrower than the operand."""
-    axes = [d for d in dims if sizes[d] < shape[d]]
+def _crop(b, x: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]) -> ir.Value:
+    """x[0:sizes[d]] along each of `dims` narrower than the operand (or not known not to be: symbolic)."""
+    axes = [d for d in dims if not isinstance(sizes[d], int) or shape[d] < 0 or sizes[d] < shape[d]]
     if not axes:
         return x
-    return b.op("Slice", x, b.shape_const([0] * len(axes)), b.shape_const([sizes[d] for d in axes]),
+    return b.op("Slice", x, b.shape_const([0] * len(axes)), symbolic.shape_value(b, [sizes[d] for d in axes]),
                 b.shape_const(axes))
 
 
@@ -166,17 +200,32 @@ def _operand_order(b, x: ir.Value, batch: list[int], order: list[int | None]) ->
 
 
 # -- gather ---------------------------------------------------------------------------
+allow_dynamic("stablehlo.gather", "stablehlo.dynamic_gather", "stablehlo.scatter")
+
+
+@register("stablehlo.dynamic_gather")
+def dynamic_gather(ctx: RuleContext, operand, indices, slice_sizes, *, dimension_numbers, indices_are_sorted=False):
+    """gather with its slice sizes as a tensor (symbolic dims): sizes the graph folds to constants are read;
+    the others are taken at run time, where gather can use them (crops of dims it does not index)."""
+    b = ctx.b
+    rank = ctx.in_types[0].rank
+    known = symbolic.known_entries(slice_sizes, rank)
+    sizes = b.cast(slice_sizes, I64)
+    parts = [k if k is not None else b.op("Gather", sizes, b.shape_const([d]), axis=0) for d, k in enumerate(known)]
+    return gather(ctx, operand, indices, dimension_numbers=dimension_numbers, slice_sizes=parts)
+
+
 @register("stablehlo.gather")
 def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes, indices_are_sorted=False):
     dn = stablehlo.GatherDimensionNumbers(dimension_numbers)
     b = ctx.b
     shape, out_shape = ctx.in_types[0].shape, list(ctx.out_type.shape)
-    if ctx.out_type.size == 0:
+    if symbolic.is_static(out_shape) and ctx.out_type.size == 0:
         return b.splat(0, ctx.out_type.dtype, out_shape)
     rank = len(shape)
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.start_index_map,
                 dn.operand_batching_dims, dn.start_indices_batching_dims)
-    high = [shape[d] - slice_sizes[d] for d in s.dims]
+    high = _high(b, operand, shape, slice_sizes, s.dims)
     if not _known_within(s, high):
         s.matrix = _clamp(b, s.matrix, high)  # XLA clamps so the slice fits
     dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
@@ -186,13 +235,13 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
     elements = _elements_form(s, rank, slice_sizes)
     if elements is not None:
         axis, order = elements
-        idx = _operand_order(b, reshape_to(b, s.matrix, s.batch), s.batch, order)
+        idx = _operand_order(b, _drop_last(b, s), s.batch, order)
         result = b.op("GatherElements", operand, idx, axis=axis)
         labels = [("o", axis) if j is None else ("b", j) for j in order]
     elif len(s.dims) == 1 and not s.pairs and slice_sizes[s.dims[0]] == 1:
         axis = s.dims[0]
         data = _crop(b, operand, shape, slice_sizes, [d for d in range(rank) if d != axis])
-        result = b.op("Gather", data, reshape_to(b, s.matrix, s.batch), axis=axis)
+        result = b.op("Gather", data, _drop_last(b, s), axis=axis)
         labels = [("o", d) for d in range(axis)] + batch_labels + [("o", d) for d in range(axis + 1, rank)]
     else:
         matrix, dims = _with_batching_columns(b, s)
@@ -203,10 +252,19 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
             data = transpose_to(b, data, dims + rest)
             result = b.op("GatherND", data, _window_offsets(b, matrix, s.batch, [slice_sizes[d] for d in dims]))
         else:  # no index columns: every result row is the same slice
+            if not symbolic.is_static(s.batch) or not all(isinstance(slice_sizes[d], int) for d in rest):
+                raise NotImplementedError("gather without index columns over symbolic dimensions")
             unit = reshape_to(b, data, [1] * len(s.batch) + [slice_sizes[d] for d in rest])
             result = b.typed("Expand", unit, b.shape_const(s.batch + [slice_sizes[d] for d in rest]),
                              dtype=ctx.out_type.dtype, cast=(0,))
     return _arrange(b, result, labels, target, out_shape)
+
+
+def _drop_last(b, s: _Starts) -> ir.Value:
+    """The single-column matrix shaped `batch`."""
+    if sum(n < 0 for n in s.batch) > 1:
+        return b.op("Squeeze", s.matrix, b.shape_const([len(s.batch)]))
+    return reshape_to(b, s.matrix, s.batch)
 
 
 # -- scatter --------------------------------------------------------------------------
@@ -262,7 +320,7 @@ def _propagate_nan(b, op: str, data, idx, updates, out, dtype: np.dtype, **attrs
 
 
 def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dtype: np.dtype,
-                  trash: Sequence[int]):
+                  trash: Sequence[symbolic.Dim]):
     """Neutralizes the updates whose window does not fit (XLA skips them).
 
     `valid` has the matrix's shape less its last axis, and the updates' less `extra_axes` trailing axes.
@@ -273,7 +331,7 @@ def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dt
         return matrix, updates
     valid_m = b.op("Unsqueeze", valid, b.shape_const([-1]))
     if reduction == "none":
-        return b.op("Where", valid_m, matrix, b.const(np.asarray(trash, np.int64))), updates
+        return b.op("Where", valid_m, matrix, _bound(b, trash)), updates
     valid_u = b.op("Unsqueeze", valid, b.shape_const(list(range(-extra_axes, 0)))) if extra_axes else valid
     neutral = b.const(np.asarray(_neutral(reduction, dtype), dtype))
     updates = b.typed("Where", valid_u, updates, neutral, dtype=dtype, cast=(1, 2))
@@ -311,30 +369,39 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     window = [1] * rank
     for d, axis in zip(window_dims, dn.update_window_dims):
         window[d] = upd_shape[axis]
-    if ctx.in_types[2].size == 0 or ctx.out_type.size == 0 or any(w > n for w, n in zip(window, shape)):
+    static = symbolic.is_static(shape) and symbolic.is_static(upd_shape)
+    if static and (ctx.in_types[2].size == 0 or ctx.out_type.size == 0 or any(w > n for w, n in zip(window, shape))):
         return b.op("Identity", operand)  # no update window fits anywhere
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.scattered_dims_to_operand_dims,
                 dn.input_batching_dims, dn.scatter_indices_batching_dims)
-    valid = _fits(b, s, [shape[d] - window[d] for d in s.dims])
+    valid = _fits(b, s, _high(b, operand, shape, window, s.dims))
+    # The operand's sizes, symbolic ones read from the graph (where the trash row and crop need them).
+    sizes = symbolic.dims(b, operand, shape) if not static else list(shape)
     labels = _labels(len(upd_shape), dn.update_window_dims, window_dims)
 
     elements = None if combine else _elements_form(s, rank, window)
     if elements is not None:
         axis, order = elements
         updates = _arrange(b, updates, labels, [("b", j) for j in range(len(s.batch))], s.batch)
-        matrix, updates = _skip_invalid(b, s.matrix, updates, valid, 0, reduction, dtype, [shape[axis]])
-        idx = _operand_order(b, reshape_to(b, matrix, s.batch), s.batch, order)
+        matrix, updates = _skip_invalid(b, s.matrix, updates, valid, 0, reduction, dtype, [sizes[axis]])
+        idx = _operand_order(b, _drop_last(b, _Starts(matrix, s.batch, s.dims, s.pairs, None)), s.batch, order)
         updates = _operand_order(b, updates, s.batch, order)
         padded = valid is not None and reduction == "none"
         data = _pad_end(b, operand, rank, axis, 1, dtype) if padded else operand
         result = _scatter_node(b, "ScatterElements", data, idx, updates, dtype, reduction, axis=axis)
-        return _crop(b, result, [n + (d == axis) for d, n in enumerate(shape)], shape, [axis]) if padded else result
+        return _crop(b, result, [n + (d == axis) if n >= 0 else -1 for d, n in enumerate(shape)], sizes, [axis]) \
+            if padded else result
 
     matrix, dims = _with_batching_columns(b, s)
     # Dims the windows cover only in part are indexed too, from 0.
-    partial = [d for d in range(rank) if d not in dims and window[d] < shape[d]]
-    if partial:
+    # (A symbolic window over a symbolic dim is jax's whole-dim slice.)
+    partial = [d for d in range(rank) if d not in dims and (window[d] < shape[d] or window[d] >= 0 > shape[d])]
+    if partial and symbolic.is_static(s.batch):
         zeros = b.splat(0, I64, s.batch + [len(partial)])
+        matrix = b.op("Concat", matrix, zeros, axis=-1)
+    elif partial:
+        zeros = b.op("ConstantOfShape", symbolic.shape_value(b, symbolic.dims(b, matrix, s.batch) + [len(partial)]),
+                     value=ir.tensor(np.zeros(1, I64)))
         matrix = b.op("Concat", matrix, zeros, axis=-1)
     dims = dims + partial
     if not dims:
@@ -344,7 +411,7 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
               + [("o", d) for d in rest])
     out_shape = s.batch + [window[d] for d in dims if window[d] > 1] + [shape[d] for d in rest]
     updates = _arrange(b, updates, labels, target, out_shape)
-    trash = [shape[dims[0]]] + [0] * (len(dims) - 1)
+    trash = [sizes[dims[0]]] + [0] * (len(dims) - 1)
     extra = len(out_shape) - len(s.batch)
     matrix, updates = _skip_invalid(b, matrix, updates, valid, extra, reduction, dtype, trash)
     idx = _window_offsets(b, matrix, s.batch, [window[d] for d in dims])
@@ -354,12 +421,14 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
         data = _pad_end(b, data, rank, 0, window[dims[0]], dtype)
     if combine is None:
         result = _scatter_node(b, "ScatterND", data, idx, updates, dtype, reduction)
+    elif not static:
+        raise NotImplementedError("a scatter body no ONNX reduction expresses, over symbolic dimensions")
     else:
         data_shape = [shape[d] + (window[d] if padded and i == 0 else 0) for i, d in enumerate(dims + rest)]
         count = int(np.prod(out_shape[:len(out_shape) - len(rest)]))
         result = _scatter_in_order(b, data, idx, updates, combine, data_shape, len(dims), count, dtype)
     if padded:
-        result = _crop(b, result, [shape[dims[0]] + window[dims[0]]], [shape[dims[0]]], [0])
+        result = _crop(b, result, [shape[dims[0]] + window[dims[0]] if static else -1], [sizes[dims[0]]], [0])
     return transpose_to(b, result, np.argsort(dims + rest).tolist())
 
 
@@ -386,16 +455,25 @@ def _start_vector(b, starts: Sequence[ir.Value], high: Sequence[int]) -> ir.Valu
     return _clamp(b, column[0] if len(column) == 1 else b.op("Concat", *column, axis=0), high)
 
 
+allow_dynamic("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")
+
+
+def _narrower(shape: Sequence[int], sizes: Sequence[int]) -> list[int]:
+    """The dims a window of `sizes` covers only in part: smaller than a static dim, or static in a symbolic one
+    (a symbolic size in a symbolic dim is jax's whole-dim window)."""
+    return [d for d, (n, k) in enumerate(zip(shape, sizes)) if (k < n if n >= 0 else k >= 0)]
+
+
 @register("stablehlo.dynamic_slice")
 def dynamic_slice(ctx: RuleContext, x, *starts, slice_sizes):
     b = ctx.b
     shape = ctx.in_types[0].shape
-    if ctx.out_type.size == 0:
+    if symbolic.is_static(shape) and ctx.out_type.size == 0:
         return b.splat(0, ctx.out_type.dtype, ctx.out_type.shape)
-    axes = [d for d in range(len(shape)) if slice_sizes[d] < shape[d]]
+    axes = _narrower(shape, slice_sizes)
     if not axes:
         return b.op("Identity", x)  # every start clamps to 0
-    begin = _start_vector(b, [starts[d] for d in axes], [shape[d] - slice_sizes[d] for d in axes])
+    begin = _start_vector(b, [starts[d] for d in axes], _high(b, x, shape, slice_sizes, axes))
     end = b.op("Add", begin, b.shape_const([slice_sizes[d] for d in axes]))
     return b.op("Slice", x, begin, end, b.shape_const(axes))
 
@@ -404,16 +482,22 @@ def dynamic_slice(ctx: RuleContext, x, *starts, slice_sizes):
 def dynamic_update_slice(ctx: RuleContext, x, update, *starts):
     b = ctx.b
     shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[1].shape
-    if ctx.in_types[1].size == 0:
+    if symbolic.is_static(upd_shape) and ctx.in_types[1].size == 0:
         return b.op("Identity", x)
-    dims = [d for d in range(len(shape)) if upd_shape[d] < shape[d]]
+    dims = _narrower(shape, upd_shape)
     if not dims:
         return b.op("Identity", update)  # every start clamps to 0
     rest = [d for d in range(len(shape)) if d not in dims]
-    begin = _start_vector(b, [starts[d] for d in dims], [shape[d] - upd_shape[d] for d in dims])
+    begin = _start_vector(b, [starts[d] for d in dims], _high(b, x, shape, upd_shape, dims))
     idx = _window_offsets(b, begin, [], [upd_shape[d] for d in dims])
     perm = dims + rest
+    moved = transpose_to(b, update, perm)
     wide = [upd_shape[d] for d in dims if upd_shape[d] > 1] + [shape[d] for d in rest]
-    updates = reshape_to(b, transpose_to(b, update, perm), wide)
+    if symbolic.is_static(wide):
+        updates = reshape_to(b, moved, wide)
+    else:  # the update's own symbolic sizes (its windowed dims are static and lead)
+        kept = [i for i, d in enumerate(dims) if upd_shape[d] > 1] + list(range(len(dims), len(shape)))
+        updates = symbolic.reshape(b, moved, [symbolic.dim(b, moved, i, ([upd_shape[d] for d in perm])[i])
+                                              for i in kept])
     result = b.op("ScatterND", transpose_to(b, x, perm), idx, updates)
     return transpose_to(b, result, np.argsort(perm).tolist())

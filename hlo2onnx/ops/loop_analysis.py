@@ -290,6 +290,8 @@ def _row_of(dus: mlir.Operation) -> Callable:
     row = tensor_type(dus.results[0].type).storage.shape[1:]  # complex rows are float pairs
 
     def emit(b: Builder, inputs: list[ir.Value]) -> list[ir.Value]:
+        if min(row, default=0) < 0:  # symbolic dims in the row: drop the unit axis instead of spelling them
+            return [b.op("Squeeze", inputs[1], b.shape_const([0]))]
         return [reshape_to(b, inputs[1], row)]
 
     return emit

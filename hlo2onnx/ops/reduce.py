@@ -215,7 +215,7 @@ def _arg_reduce(ctx: RuleContext, x, indices, x_init, index_init, *, dimensions,
     direction = _first_compare_direction(body)
     iota = ctx.hlo_op.operands[1].owner
     if (len(dimensions) != 1 or direction not in ("GT", "LT") or isinstance(iota, mlir.Block)
-            or iota.name != "stablehlo.iota" or iota.attributes["iota_dimension"].value != dimensions[0]):
+            or iota.name not in ("stablehlo.iota", "stablehlo.dynamic_iota") or iota.attributes["iota_dimension"].value != dimensions[0]):
         raise NotImplementedError("variadic reduce that is not JAX's argmax/argmin")
     b = ctx.b
     axis = dimensions[0]

@@ -6,6 +6,7 @@ from math import prod
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.ops import dims
 from hlo2onnx.registry import register
 from hlo2onnx.types import onnx_dtype
 from hlo2onnx.translator import RuleContext
@@ -72,8 +73,12 @@ def transpose(ctx: RuleContext, x, *, permutation):
 @register("stablehlo.slice")
 def slice_(ctx: RuleContext, x, *, start_indices, limit_indices, strides):
     b = ctx.b
+    # A symbolic axis the result keeps symbolic is taken whole (jax slices symbolic extents with
+    # real_dynamic_slice); one sliced to a static extent is sliced as written.
+    whole = [n < 0 and m < 0 and s == 0 and st == 1
+             for n, m, s, st in zip(ctx.in_types[0].shape, ctx.out_type.shape, start_indices, strides)]
     axes = [i for i, (s, e, n) in enumerate(zip(start_indices, limit_indices, ctx.in_types[0].shape))
-            if (s, e) != (0, n) or strides[i] != 1]
+            if ((s, e) != (0, n) or strides[i] != 1) and not whole[i]]
     if not axes:
         return b.op("Identity", x)
     pick = lambda seq: b.shape_const([seq[i] for i in axes])  # noqa: E731
@@ -102,9 +107,9 @@ def pad(ctx: RuleContext, x, padding_value, *, edge_padding_low, edge_padding_hi
     dtype = ctx.out_type.dtype
     shape = list(ctx.in_types[0].shape)
     for axis, interior in enumerate(interior_padding):
-        if interior and shape[axis] > 0:
+        if interior and shape[axis] != 0:
             x = _interior_pad(b, x, padding_value, shape, axis, interior, dtype)
-            shape[axis] = shape[axis] + (shape[axis] - 1) * interior
+            shape[axis] = shape[axis] + (shape[axis] - 1) * interior if shape[axis] > 0 else -1
     if any(edge_padding_low) or any(edge_padding_high):
         # ONNX Pad crops for negative pads, like StableHLO.
         pads = b.shape_const(list(edge_padding_low) + list(edge_padding_high))
@@ -115,33 +120,46 @@ def pad(ctx: RuleContext, x, padding_value, *, edge_padding_low, edge_padding_hi
 
 
 def _interior_pad(b, x, value, shape, axis, interior, dtype):
-    """Spreads `axis` apart by `interior` fill elements: (n) -> (n, 1 + interior) -> n*(1+interior) -> crop."""
+    """Spreads `axis` apart by `interior` fill elements: (n) -> (n, 1 + interior) -> n*(1+interior) -> crop.
+
+    Symbolic sizes are read from x; the crop then counts from the end."""
     n = shape[axis]
+    parts = dims.dims(b, x, shape)
     x = b.op("Unsqueeze", x, b.shape_const([axis + 1]))
     pads = [0] * (2 * (len(shape) + 1))
     pads[len(shape) + 1 + axis + 1] = interior
     x = b.typed("Pad", x, b.shape_const(pads), value, dtype=dtype, cast=(0, 2), mode="constant")
+    if n < 0:
+        parts[axis] = dims.product(b, [parts[axis], 1 + interior])
+        x = dims.reshape(b, x, parts)
+        return b.op("Slice", x, b.shape_const([0]), b.shape_const([-interior]), b.shape_const([axis]))
     flat = shape[:axis] + [n * (1 + interior)] + shape[axis + 1:]
-    x = reshape_to(b, x, flat)
+    x = dims.reshape(b, x, parts[:axis] + [n * (1 + interior)] + parts[axis + 1:]) if not dims.is_static(shape) \
+        else reshape_to(b, x, flat)
     keep = n + (n - 1) * interior
     return b.op("Slice", x, b.shape_const([0]), b.shape_const([keep]), b.shape_const([axis]))
 
 
 @register("stablehlo.iota")
 def iota(ctx: RuleContext, *, iota_dimension):
-    b = ctx.b
-    shape, dtype = ctx.out_type.shape, ctx.out_type.dtype
-    n = shape[iota_dimension]
+    return iota_line(ctx.b, ctx.out_type.shape, ctx.out_type.dtype, iota_dimension)
+
+
+def iota_line(b, shape, dtype, axis: int, n=None, full=None) -> ir.Value:
+    """0, 1, ... along `axis`, broadcast to `shape`; `n` and `full` (int64 tensors) give symbolic sizes."""
     compute = np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
     if compute.kind in "ub" or compute.itemsize < 4:
         compute = np.dtype(np.int64)
-    line = b.op("Range", b.const(0, compute), b.const(n, compute), b.const(1, compute))
+    start = b.const(0, compute)  # (constants made in the static rule's order: same initializer names)
+    stop = b.const(shape[axis], compute) if n is None else b.cast(reshape_to(b, n, []), compute)
+    line = b.op("Range", start, stop, b.const(1, compute))
     line = b.cast(line, dtype) if compute != dtype else line
     if len(shape) == 1:
         return line
     aligned = [1] * len(shape)
-    aligned[iota_dimension] = n
-    return b.typed("Expand", reshape_to(b, line, aligned), b.shape_const(shape), dtype=dtype, cast=(0,))
+    aligned[axis] = shape[axis] if n is None else -1
+    line = reshape_to(b, line, aligned)
+    return b.typed("Expand", line, b.shape_const(shape) if full is None else full, dtype=dtype, cast=(0,))
 
 
 @register("stablehlo.get_dimension_size")

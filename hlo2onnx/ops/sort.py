@@ -27,8 +27,9 @@ from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx import attrs as attr_codec
+from hlo2onnx.ops import dims
 from hlo2onnx.ops.shape import transpose_to
-from hlo2onnx.registry import RULES, register
+from hlo2onnx.registry import RULES, allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_float, onnx_dtype, set_type, tensor_type
 
@@ -232,11 +233,12 @@ def flip_top_bit(b, x: ir.Value, back: bool = False) -> ir.Value:
     return b.cast(b.op("BitwiseXor", x, b.const(np.uint64(1 << 63))), np.int64)
 
 
-def _topk_indices(b, key: ir.Value, dtype: np.dtype, n: int, axis: int, descending: bool) -> ir.Value:
+def _topk_indices(b, key: ir.Value, dtype: np.dtype, n: dims.Dim, axis: int, descending: bool) -> ir.Value:
     if dtype == np.uint64:
         key, dtype = flip_top_bit(b, key), np.dtype(np.int64)
     key = b.cast(key, b.target.compute_dtype("TopK", dtype))
-    _, indices = b.ops("TopK", key, b.shape_const([n]), num_outputs=2, axis=axis, largest=int(descending), sorted=1)
+    k = b.shape_const([n]) if isinstance(n, int) else n  # a symbolic axis: its size read from the graph
+    _, indices = b.ops("TopK", key, k, num_outputs=2, axis=axis, largest=int(descending), sorted=1)
     return indices
 
 
@@ -246,7 +248,7 @@ def _order_keys(b, x: ir.Value, dtype: np.dtype, kind: str) -> list[tuple[ir.Val
     return total_order_keys(b, x, dtype, kind == "canonical")
 
 
-def keys_permutation(b, operands, dtypes, keys: list[SortKey], n: int, axis: int, first: int) -> ir.Value:
+def keys_permutation(b, operands, dtypes, keys: list[SortKey], n: dims.Dim, axis: int, first: dims.Dim) -> ir.Value:
     """Indices of the first `first` elements in `keys` order along `axis`: stable TopKs, least significant first."""
     passes = [(part, dtype, key.descending) for key in keys
               for part, dtype in _order_keys(b, operands[key.operand], dtypes[key.operand], key.kind)]
@@ -335,10 +337,14 @@ def _emit_pairwise(ctx: RuleContext, block: mlir.Block, args: list[ir.Value], sh
 
 def _gather(ctx: RuleContext, index: int, x: ir.Value, perm: ir.Value, axis: int) -> ir.Value:
     """x reordered by perm; an iota along the axis (argsort's, top_k's indices) is perm itself."""
-    source = _producer(ctx.hlo_op.operands[index], "stablehlo.iota")
+    source = _producer(ctx.hlo_op.operands[index], "stablehlo.iota") or \
+        _producer(ctx.hlo_op.operands[index], "stablehlo.dynamic_iota")
     if source is not None and source.operation.attributes["iota_dimension"].value == axis:
         return ctx.b.cast(perm, ctx.in_types[index].dtype)
     return ctx.b.op("GatherElements", x, perm, axis=axis)
+
+
+allow_dynamic("stablehlo.sort")
 
 
 @register("stablehlo.sort")
@@ -347,12 +353,17 @@ def sort(ctx: RuleContext, *operands, dimension: int, is_stable: bool = False):
     shape = ctx.in_types[0].shape
     axis = dimension % len(shape)
     n = shape[axis]
-    if n <= 1:
+    if 0 <= n <= 1:
         return [b.op("Identity", x) for x in operands]
     dtypes = [t.dtype for t in ctx.in_types]
     keys = comparator_keys(ctx.hlo_op.regions[0].blocks[0])
     # Stable either way: an unstable sort may order ties any way it likes.
+    if keys is not None and n < 0:  # TopK over all of a symbolic axis, its length read at run time
+        size = dims.dim(b, operands[0], axis, n)
+        perm = keys_permutation(b, operands, dtypes, keys, size, axis, size)
+        return [_gather(ctx, i, x, perm, axis) for i, x in enumerate(operands)]
     if keys is None:
+        dims.refuse(ctx, range(len(shape)), "a sort whose comparator is not lexicographic keys")
         perm = _pairwise_permutation(ctx, operands, n, axis)
         return [b.op("GatherElements", x, perm, axis=axis) for x in operands]
     # top_k arrives as a sort whose results are only sliced to the first k: sort only those. The

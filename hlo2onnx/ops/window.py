@@ -18,14 +18,15 @@ import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir.dialects import stablehlo
 
+from hlo2onnx.ops import dims
 from hlo2onnx.ops.reduce import is_constant, single_reducer
-from hlo2onnx.ops.shape import reshape_to, transpose_to
-from hlo2onnx.registry import register
+from hlo2onnx.ops.shape import merged, reshape_to, transpose_to
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import is_bool, is_float
 
 # reducer -> (ONNX op on bool, ONNX op otherwise). XLA's add/mul on pred are or/and.
-_COMBINE = {
+COMBINE = {
     "stablehlo.add": ("Or", "Add"),
     "stablehlo.multiply": ("And", "Mul"),
     "stablehlo.maximum": ("Or", "Max"),
@@ -34,7 +35,7 @@ _COMBINE = {
     "stablehlo.or": ("Or", "BitwiseOr"),
 }
 # Windows up to this size combine one strided slice per element; longer ones double.
-_DIRECT_WINDOW = 8
+DIRECT_WINDOW = 8
 
 
 def identity(reducer: str, dtype: np.dtype):
@@ -55,7 +56,7 @@ def identity(reducer: str, dtype: np.dtype):
 
 
 def combine(b, reducer: str, dtype: np.dtype, x: ir.Value, y: ir.Value) -> ir.Value:
-    bool_op, op = _COMBINE[reducer]
+    bool_op, op = COMBINE[reducer]
     return b.op(bool_op, x, y) if is_bool(dtype) else b.typed(op, x, y, dtype=dtype)
 
 
@@ -106,20 +107,36 @@ class Window:
             != (1, 1, 0, 0, 1)
 
 
+allow_dynamic("stablehlo.reduce_window")
+
+
 @register("stablehlo.reduce_window")
 def reduce_window(ctx: RuleContext, *operands, window_dimensions, window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None):
-    if len(operands) != 2:
-        from hlo2onnx.ops.window_variadic import variadic_reduce_window  # it builds on this module
-        win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
-        return variadic_reduce_window(ctx, operands, win)
-    x, init = operands
-    body = ctx.hlo_op.regions[0].blocks[0]
-    reducer = single_reducer(body)
     win = Window.read(window_dimensions, window_strides, padding, base_dilations, window_dilations)
+    if len(operands) != 2:
+        # (Its masks and index windows are built from static sizes.)
+        dims.refuse(ctx, range(len(win.size)), "a variadic reduce_window")
+        from hlo2onnx.ops.window_variadic import variadic_reduce_window  # it builds on this module
+        return variadic_reduce_window(ctx, operands, win)
+    return reduce_window_with(ctx, *operands, ctx.hlo_op.regions[0].blocks[0], win)
+
+
+def reduce_window_with(ctx: RuleContext, x, init, body, win: Window) -> ir.Value:
+    """reduce_window of `x` by the reduction `body` (a block) over the static window `win`."""
+    reducer = single_reducer(body)
     shape, dtype = list(ctx.in_types[0].shape), ctx.out_type.dtype
     b = ctx.b
-    if reducer not in _COMBINE:
+    symbolic = [a for a in range(len(shape)) if shape[a] < 0 and win.active(a)]
+    if symbolic:
+        # Windows sliding along a symbolic axis: the strided slices count from its end.
+        if reducer not in COMBINE or any(win.base_dilation[a] > 1 or win.size[a] > DIRECT_WINDOW
+                                         for a in symbolic):
+            dims.refuse(ctx, symbolic, f"a window over a symbolic dimension (by {reducer}, base dilation, or "
+                                       f"wider than {DIRECT_WINDOW})")
+        result = _general(b, x, reducer, dtype, shape, win)
+        return result if is_constant(init, identity(reducer, dtype)) else combine(b, reducer, dtype, result, init)
+    if reducer not in COMBINE:
         return _general_body(ctx, x, init, body, dtype, shape, win)
     result = _cumsum(b, x, reducer, dtype, shape, win)
     if result is None:
@@ -177,7 +194,8 @@ def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
     inactive = [a for a in range(len(shape)) if a not in active]
     perm = inactive + active
     x = transpose_to(b, x, perm)
-    x = reshape_to(b, x, [prod(shape[a] for a in inactive), 1] + [shape[a] for a in active])
+    lead = dims.dims(b, x, [shape[a] for a in inactive])
+    x = reshape_to(b, x, [merged([shape[a] for a in inactive]), 1] + [shape[a] for a in active])
     kernel = [win.size[a] for a in active]
     attrs = dict(kernel_shape=kernel, strides=[win.stride[a] for a in active],
                  pads=[lo[a] for a in active] + [hi[a] for a in active], dilations=[win.dilation[a] for a in active])
@@ -186,9 +204,9 @@ def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
         pooled = b.cast(b.op("Mul", pooled, b.const(np.asarray(prod(kernel), compute))), dtype)
     else:
         pooled = b.op("MaxPool", x, **attrs)
-    out_shape = [shape[a] for a in inactive] + [
+    out_shape = lead + [
         (shape[a] + lo[a] + hi[a] - win.dilation[a] * (win.size[a] - 1) - 1) // win.stride[a] + 1 for a in active]
-    pooled = reshape_to(b, pooled, out_shape)
+    pooled = dims.reshape(b, pooled, out_shape)
     pooled = transpose_to(b, pooled, [int(i) for i in np.argsort(perm)])
     return b.typed("BitwiseNot", pooled, dtype=dtype) if invert else pooled
 
@@ -198,10 +216,25 @@ def _general(b, x, reducer, dtype, shape, win: Window) -> ir.Value:
     x, shape = pad_and_dilate(b, x, shape, win, fill, dtype)
     merge = lambda u, v, *_: combine(b, reducer, dtype, u, v)  # noqa: E731 - identity fill: nothing to mask
     for axis in range(len(shape)):
-        if win.size[axis] > 1 or win.stride[axis] > 1:
+        if shape[axis] < 0 and (win.size[axis] > 1 or win.stride[axis] > 1):
+            x = symbolic_window_axis(b, x, merge, axis, win.size[axis], win.stride[axis], win.dilation[axis])
+        elif win.size[axis] > 1 or win.stride[axis] > 1:
             x, _ = _window_axis(b, x, merge, axis, shape[axis], win.size[axis], win.stride[axis],
                                 win.dilation[axis], None)
     return x
+
+
+def symbolic_window_axis(b, x, merge, axis, k, stride, dilation) -> ir.Value:
+    """_window_axis's direct form along a symbolic axis: element t of every window is the slice from
+    t * dilation that stops (extent - 1 - t * dilation) before the end, every `stride`: each holds
+    ceil((n - extent + 1) / stride) elements, the window count."""
+    extent = dilation * (k - 1) + 1
+    result = None
+    for t in range(k):
+        before_end = extent - 1 - t * dilation
+        part = axis_slice(b, x, axis, t * dilation, -before_end if before_end else np.iinfo(np.int64).max, stride)
+        result = part if result is None else merge(result, part, axis, None, None)
+    return result
 
 
 # Ops a reduction body may use to be emitted on whole tensors instead of scalars.
@@ -277,7 +310,7 @@ def pad_and_dilate(b, x, shape, win: Window, fill, dtype) -> tuple[ir.Value, lis
             x = dilate(b, x, shape, axis, factor, fill, dtype)
             shape[axis] = (shape[axis] - 1) * factor + 1
     x = edge_pad(b, x, win.lo, win.hi, fill, dtype)
-    return x, [n + lo + hi for n, lo, hi in zip(shape, win.lo, win.hi)]
+    return x, [n + lo + hi if n >= 0 else -1 for n, lo, hi in zip(shape, win.lo, win.hi)]
 
 
 def _window_axis(b, x, merge, axis, n, k, stride, dilation, valid):
@@ -294,7 +327,7 @@ def _window_axis(b, x, merge, axis, n, k, stride, dilation, valid):
     def merge_ok(u, v, u_ok, v_ok):
         return merge(u, v, axis, u_ok, v_ok), u_ok | v_ok
 
-    if k <= _DIRECT_WINDOW:
+    if k <= DIRECT_WINDOW:
         result = result_ok = None
         for t in range(k):
             stop = t * dilation + (out - 1) * stride + 1

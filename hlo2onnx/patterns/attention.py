@@ -12,7 +12,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult
 
 from hlo2onnx.patterns.base import Fusion, numpy_dtype, scalar
-from hlo2onnx.patterns.cleanup import static_shape
+from hlo2onnx.patterns.cleanup import known_dims
 
 # ORT's CPU and CUDA kernels take these (docs/OperatorKernels.md, Attention 23).
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
@@ -34,11 +34,13 @@ class Attention(Fusion):
             return result
         if numpy_dtype(q) not in _DTYPES:
             return result.fail(f"Attention kernels take float32/float16, not {numpy_dtype(q)}", q)
-        shapes = [static_shape(t) for t in (q, kt, v)]
+        # Symbolic batch and sequence dims (None) pair with symbolic ones: the MatMuls come from dot_generals,
+        # whose batch and contracted dims StableHLO makes equal. Heads and head_dim must be static.
+        shapes = [known_dims(t) for t in (q, kt, v)]
         if any(s is None or len(s) != 4 for s in shapes):
             return result.fail(f"needs 4-D [batch, heads, seq, head_dim] operands, got {shapes}", [q, kt, v])
         (b, h, _, d), (kb, kh, kd, s), (vb, vh, vs, _) = shapes
-        if (kb, kh, kd) != (b, h, d) or (vb, vh, vs) != (b, h, s):
+        if None in (h, d) or (kb, kh, kd) != (b, h, d) or (vb, vh, vs) != (b, h, s):
             return result.fail(f"q {shapes[0]}, k^T {shapes[1]} and v {shapes[2]} do not line up", [q, kt, v])
         axis = probs.producer().attributes["axis"].as_int() if "axis" in probs.producer().attributes else -1
         if axis % 4 != 3:

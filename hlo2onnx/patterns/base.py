@@ -7,7 +7,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, pattern
 
-from hlo2onnx.patterns.cleanup import const_array, static_shape
+from hlo2onnx.patterns.cleanup import const_array, known_dims
 from hlo2onnx.targets import Target
 
 
@@ -48,14 +48,17 @@ def is_close(value: ir.Value | None, expected: float, rtol: float = 1e-6) -> boo
 
 
 def trailing_axes(x: ir.Value, axes: ir.Value) -> int | None:
-    """The first axis when `axes` (a constant) are exactly x's last axes, as the normalizations need."""
-    shape, array = static_shape(x), const_array(axes)
+    """The first axis when `axes` (a constant) are exactly x's last axes, as the normalizations need; those
+    must be static (leading axes may be symbolic)."""
+    shape, array = known_dims(x), const_array(axes)
     if shape is None or array is None or array.ndim != 1 or array.size == 0:
         return None
     rank = len(shape)
     picked = sorted({int(a) % rank for a in array.tolist()})
-    return picked[0] if picked == list(range(picked[0], rank)) else None
+    if picked != list(range(picked[0], rank)) or None in shape[picked[0]:]:
+        return None
+    return picked[0]
 
 
 def reduced_count(x: ir.Value, first_axis: int) -> int:
-    return int(np.prod(static_shape(x)[first_axis:]))
+    return int(np.prod(known_dims(x)[first_axis:]))

@@ -41,6 +41,20 @@ def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
     return dims
 
 
+def symbolic_shape(value: ir.Value | None) -> tuple[int | None, ...] | None:
+    """The value's dims where its rank is known, None for each dim that is not a number (a symbolic batch);
+    None when the value has no shape, or when every dim is static (static_shape covers those)."""
+    if value is None or value.shape is None or static_shape(value) is not None:
+        return None
+    return tuple(d if isinstance(d, int) else None for d in value.shape.dims)
+
+
+def known_dims(value: ir.Value | None) -> tuple[int | None, ...] | None:
+    """static_shape, or else symbolic_shape: the dims of a value whose rank is known (None where symbolic)."""
+    static = static_shape(value)
+    return static if static is not None else symbolic_shape(value)
+
+
 def const_array(value: ir.Value | None) -> np.ndarray | None:
     if value is None or value.const_value is None:
         return None
@@ -200,6 +214,37 @@ def _keep_reduced_dims(node: ir.Node) -> ir.Value | None:
     return reduced
 
 
+def _unsqueeze_reduced_dims(node: ir.Node) -> ir.Value | None:
+    """Unsqueeze(Reduce(x, keepdims=0)) at the reduced axes, over a symbolic shape (static shapes come as
+    Reshape): the reduction keeps its dims instead."""
+    reduced = node.inputs[0]
+    reduce = reduced.producer()
+    if (reduce is None or reduce.op_type not in _REDUCES or reduce.domain != "" or len(reduced.consumers()) != 1
+            or reduced.is_graph_output() or reduce.attributes.get("keepdims") is None
+            or reduce.attributes["keepdims"].as_int() != 0 or len(reduce.inputs) < 2 or len(node.inputs) < 2):
+        return None
+    x_shape, axes, inserted = symbolic_shape(reduce.inputs[0]), const_array(reduce.inputs[1]), \
+        const_array(node.inputs[1])
+    if x_shape is None or axes is None or inserted is None or not x_shape:
+        return None
+    rank = len(x_shape)
+    picked = sorted({int(a) % rank for a in axes.reshape(-1).tolist()})
+    if sorted(int(a) % rank for a in inserted.reshape(-1).tolist()) != picked:
+        return None
+    reduce.attributes["keepdims"] = ir.AttrInt64("keepdims", 1)
+    reduced.shape = ir.Shape([1 if i in picked else d for i, d in enumerate(reduce.inputs[0].shape.dims)])
+    return reduced
+
+
+def _scalar_no_op(node: ir.Node, result: ir.Value) -> bool:
+    """Over symbolic shapes: x op neutral where the neutral is a scalar keeps x's shape by broadcasting."""
+    out = node.outputs[0]
+    if symbolic_shape(out) is None or node.op_type not in _NEUTRAL or result.shape is None:
+        return False
+    other = [v for v in node.inputs if v is not result]
+    return len(other) == 1 and static_shape(other[0]) == () and result.shape.rank() == out.shape.rank()
+
+
 def drop_no_ops(graph: ir.Graph) -> int:
     """Drops no-op nodes (same shape and dtype in and out); returns how many."""
     dropped = []
@@ -209,9 +254,13 @@ def drop_no_ops(graph: ir.Graph) -> int:
         out = node.outputs[0]
         if node.op_type == "Reshape" and (kept := _keep_reduced_dims(node)) is not None:
             result = kept
+        elif node.op_type == "Unsqueeze" and (kept := _unsqueeze_reduced_dims(node)) is not None:
+            result = kept
         else:
             result = _no_op_result(node)
-            if (result is None or static_shape(result) is None or static_shape(result) != static_shape(out)
+            if result is not None and result.dtype == out.dtype and _scalar_no_op(node, result):
+                pass
+            elif (result is None or static_shape(result) is None or static_shape(result) != static_shape(out)
                     or result.dtype != out.dtype):
                 continue
         ir.convenience.replace_all_uses_with(out, result)

@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, pattern
 
 from hlo2onnx.patterns.base import Fusion, is_close, numpy_dtype, reduced_count, scalar, trailing_axes
-from hlo2onnx.patterns.cleanup import const_array, static_shape
+from hlo2onnx.patterns.cleanup import const_array, known_dims, static_shape
 
 
 def _single_axis(result: MatchResult, x: ir.Value, *axes: ir.Value) -> int | None:
@@ -33,8 +33,9 @@ def _row_max(op, x, max_axes):
     # The guard's axes are a value of their own: two equal constants need not be one initializer.
     guarded = op.Where(op.Cast(op.ReduceMax(op.Cast(op.IsNaN(x)), pattern.Var("nan_axes"), keepdims=0)),
                        pattern.Var("nan_fill"), op.ReduceMax(x, max_axes, keepdims=0))
-    return pattern.OrValue([op.ReduceMax(x, max_axes, keepdims=1), op.Reshape(guarded, _ignored_shape())],
-                           tag_var=None)
+    # Under symbolic shapes the row is unsqueezed (Reshape cannot spell two symbolic dims).
+    return pattern.OrValue([op.ReduceMax(x, max_axes, keepdims=1), op.Reshape(guarded, _ignored_shape()),
+                            op.Unsqueeze(guarded, pattern.Var("row_axes"))], tag_var=None)
 
 
 def _ignored_shape():
@@ -104,7 +105,7 @@ def _check_mean_and_eps(fusion: Fusion, x, axes_list, counts, epsilon) -> MatchR
 
 def _ones(op, x: ir.Value, first_axis: int):
     """A scale of ones over the normalized axes, as a ConstantOfShape (never a dense initializer)."""
-    shape = list(static_shape(x)[first_axis:])
+    shape = list(known_dims(x)[first_axis:])
     # ir.Tensor and the attributes built here, not left to ir.tensor and the builder: they tell an array and a
     # tensor from their other cases by isinstance checks against protocols, ~20 us each (this runs per layer).
     fill = ir.AttrTensor("value", ir.Tensor(np.ones(1, numpy_dtype(x))))
@@ -211,9 +212,11 @@ class LayerNormFastVariance(LayerNorm):
 
 
 def _normalized_shape_of(node: ir.Node) -> list[int] | None:
-    x_shape = static_shape(node.inputs[0])
+    x_shape = known_dims(node.inputs[0])
     axis = node.attributes["axis"].as_int()
-    return None if x_shape is None else list(x_shape[axis % len(x_shape):])
+    if x_shape is None or None in x_shape[axis % len(x_shape):]:
+        return None
+    return list(x_shape[axis % len(x_shape):])
 
 
 def _is_ones(value: ir.Value) -> bool:
@@ -297,8 +300,8 @@ class BatchNorm(Fusion):
 
     def check(self, context, x, mean, var, epsilon, g, b, **_) -> MatchResult:
         result = self.available(x)
-        shape = static_shape(x)
-        if not result or shape is None or len(shape) < 2:
+        shape = known_dims(x)  # a symbolic batch is fine; the channels must be static
+        if not result or shape is None or len(shape) < 2 or shape[1] is None:
             return result if not result else result.fail("needs a static input of rank 2 or more", x)
         self._channels = shape[1]
         per_channel = [shape[1]] + [1] * (len(shape) - 2)
