@@ -176,7 +176,7 @@ def _read_input(context: int, index: int, is_complex: bool) -> np.ndarray:
 def _write_output(context: int, index: int, result: np.ndarray, is_complex: bool) -> None:
     if is_complex:
         result = runtime.complex_as_pairs(result)
-    result = np.ascontiguousarray(result)
+    result = np.asarray(result, order="C")  # not ascontiguousarray: it makes a scalar 1-d
     scratch = _scratch_local
     scratch.dims[:result.ndim] = result.shape
     data = _lib.mnjit_cb_output(context, index, scratch.dims, result.ndim, scratch.ok_ref)

@@ -76,8 +76,13 @@ def integer_wrap(x):
     return jax.pure_callback(lambda v: (v * 7).astype(v.dtype), _spec(x), x) + jnp.int32(2**31 - 1)
 
 
+def scalar_result(x):
+    return jax.pure_callback(lambda v: np.float32(v.sum()), jax.ShapeDtypeStruct((), jnp.float32), x) + x
+
+
 CASES = [
     ("pure", pure_sin, [rand((3, 4))]),
+    ("scalar_result", scalar_result, [rand((3,))]),
     ("several_outputs", pure_many, [rand((5,)), np.arange(5, dtype=np.int32)]),
     ("complex_input", pure_complex_in, [rand((4,), np.complex64)]),
     ("fori_loop", in_fori_loop, [rand((4,))]),
