@@ -19,7 +19,7 @@ from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
 from hlo2onnx.patterns import optimize_report
-from hlo2onnx.patterns.cleanup import unshadow_names
+from hlo2onnx.patterns.scopes import unshadow_names
 from hlo2onnx.report import ConversionReport
 from hlo2onnx.targets import ORT_CPU, Target
 from hlo2onnx.translator import Translator

@@ -9,7 +9,6 @@ and the fusion patterns only need to know that one form.
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Iterator
 
 import numpy as np
@@ -399,32 +398,6 @@ def clean(model: ir.Model) -> None:
         drop_unread_initializers(model)
     else:
         common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
-
-
-def unshadow_names(graph: ir.Graph, outer: frozenset[str] = frozenset()) -> None:
-    """Renames body values that take the name of a value of an enclosing graph.
-
-    Each graph names new values with its own counter, so a rewrite inside a loop body can name a value `val_62`
-    while the main graph has one too; ONNX forbids that (single assignment across scopes: ORT refuses the model
-    as INVALID_GRAPH, onnx.checker and onnx-ir's NameFixPass let it pass when the outer one comes later). Only
-    such names change: sibling bodies may share names, and a model without them stays as it is.
-    """
-    values = [*graph.inputs, *graph.initializers.values(), *(v for node in graph for v in node.outputs)]
-    if outer:
-        taken = outer | {v.name for v in values}
-        for value in values:
-            if value.name in outer:
-                value.name = next(name for k in itertools.count(1)
-                                  if (name := f"{value.name}_{k}") not in taken)
-                taken |= {value.name}
-    names = outer | {v.name for v in values}
-    for node in graph:
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                unshadow_names(attr.as_graph(), names)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for body in attr.as_graphs():
-                    unshadow_names(body, names)
 
 
 # The default-domain ops with graph attributes (ONNX's control flow); nodes of other domains may have them too.
