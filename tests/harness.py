@@ -70,6 +70,33 @@ def assert_same(actual, expected, tol=None, what: str = "output") -> None:
         np.testing.assert_allclose(a_np, e_np, rtol=rtol, atol=atol, equal_nan=True, err_msg=f"{what}[{i}]")
 
 
+def check_concurrent_calls(target: str, size: int, threads: int, repeats: int, warm: bool) -> None:
+    """`threads` threads call one mnjit signature `repeats` times each on their own input: each keeps its own
+    answer (the runtimes share sessions, requests or VM contexts between calls). Without `warm`, the threads
+    also race to compile the signature."""
+    import threading
+
+    fun = lambda a: jax.numpy.tanh(a @ a.T).sum(axis=1)  # noqa: E731
+    f = mnjit(fun, target=target)
+    inputs = [rand((size, size), seed=s) for s in range(threads)]
+    expected = [jax.jit(fun)(x) for x in inputs]
+    if warm:
+        f(inputs[0])
+    results: dict[int, object] = {}
+
+    def work(i: int) -> None:
+        for _ in range(repeats):
+            results[i] = f(inputs[i])
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    for i, e in enumerate(expected):
+        assert_same(results[i], e, (1e-5, 1e-5))
+
+
 def check_model(model: onnx.ModelProto) -> None:
     onnx.checker.check_model(model, full_check=True)
     onnx.shape_inference.infer_shapes(model, strict_mode=True, check_type=True)

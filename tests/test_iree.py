@@ -7,7 +7,6 @@ of each table, plus the cases that exercise each rewrite or refusal); the stress
 """
 from __future__ import annotations
 
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +31,7 @@ import test_ops_indexing  # noqa: E402
 import test_ops_sort  # noqa: E402
 import test_special  # noqa: E402
 import test_zero_size  # noqa: E402
-from harness import Case, assert_same, rand, run_case  # noqa: E402
+from harness import Case, assert_same, check_concurrent_calls, rand, run_case  # noqa: E402
 from mnjit import mnjit  # noqa: E402
 from mnjit.iree_rewrite import for_iree  # noqa: E402
 from mnjit.iree_runner import IreeCompileError, IreeRunner, import_model  # noqa: E402
@@ -296,24 +295,7 @@ def test_outputs_are_not_overwritten_and_strided_numpy() -> None:
 
 def test_threads() -> None:
     """Concurrent calls on one signature each get their own answer (a VM context per concurrent call)."""
-    fun = lambda a: jnp.tanh(a @ a.T).sum(axis=1)  # noqa: E731
-    f = mnjit(fun, target=TARGET)
-    inputs = [rand((32, 32), seed=s) for s in range(6)]
-    expected = [jax.jit(fun)(x) for x in inputs]
-    f(inputs[0])
-    results: dict[int, object] = {}
-
-    def work(i: int) -> None:
-        for _ in range(10):
-            results[i] = f(inputs[i])
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i, e in enumerate(expected):
-        assert_same(results[i], e, (1e-5, 1e-5))
+    check_concurrent_calls(TARGET, size=32, threads=6, repeats=10, warm=True)
 
 
 def test_models() -> None:

@@ -24,7 +24,7 @@ import test_ops_indexing  # noqa: E402
 import test_ops_sort  # noqa: E402
 import test_special  # noqa: E402
 import test_zero_size  # noqa: E402
-from harness import Case, assert_same, rand, run_case  # noqa: E402
+from harness import Case, assert_same, check_concurrent_calls, rand, run_case  # noqa: E402
 from mnjit import mnjit  # noqa: E402
 from mnjit.openvino_runner import OpenVinoCompileError  # noqa: E402
 
@@ -167,23 +167,7 @@ def test_outputs_are_not_overwritten() -> None:
 
 def test_threads() -> None:
     """Concurrent calls on one signature each get their own answer (the request is shared under a lock)."""
-    fun = lambda a: jnp.tanh(a @ a.T).sum(axis=1)  # noqa: E731
-    f = mnjit(fun, target=TARGET)
-    inputs = [rand((64, 64), seed=s) for s in range(8)]
-    expected = [jax.jit(fun)(x) for x in inputs]
-    results: dict[int, object] = {}
-
-    def work(i: int) -> None:
-        for _ in range(20):
-            results[i] = f(inputs[i])
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i, e in enumerate(expected):
-        assert_same(results[i], e, (1e-5, 1e-5))
+    check_concurrent_calls(TARGET, size=64, threads=8, repeats=20, warm=False)
 
 
 # -- models ----------------------------------------------------------------------------------------------------
