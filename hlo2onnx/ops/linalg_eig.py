@@ -200,7 +200,7 @@ def syevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     _, _, triangle = _stored_triangle(b, n, uplo)
     x = b.op("Where", triangle, x, transposed(b, x))
     w = eye(b, batch, n, dtype)  # rows: the eigenvectors
-    info = nonfinite_info(b, x, dtype, t_info)
+    info = nonfinite_info(b, [x], dtype, t_info)
     if n > 1:
         x, w = _jacobi_eigh(b, x, w, batch, n, dtype)
     values, (w,) = _sort_rows(b, diagonal(b, x, n, n, dtype), [w], n, largest=False)
@@ -248,7 +248,7 @@ def heevd(ctx: RuleContext, a, *, mode: int = ord("V"), uplo: int = ord("L")):
     re = b.op("Where", triangle, re, transposed(b, re))
     im = b.op("Where", b.op("Equal", row, col), zero, b.op("Where", triangle, im, b.op("Neg", transposed(b, im))))
     w_re, w_im = eye(b, batch, n, dtype), b.splat(0, dtype, (batch, n, n))  # rows: conjugated eigenvectors
-    info = b.op("Max", nonfinite_info(b, re, dtype, t_info), nonfinite_info(b, im, dtype, t_info))
+    info = nonfinite_info(b, [re, im], dtype, t_info)
     if n > 1:
         re, im, w_re, w_im = _jacobi_heevd(b, [re, im, w_re, w_im], batch, n, dtype)
     values, (w_re, w_im) = _sort_rows(b, diagonal(b, re, n, n, dtype), [w_re, w_im], n, largest=False)
@@ -304,8 +304,7 @@ def gesdd(ctx: RuleContext, a, *, mode: int):
     *_, m, n = in_type.shape
     batch, k, l = prod(in_type.shape[:-2]), min(m, n), max(m, n)
     x = planes(b, a, in_type, 2, dtype)
-    info = b.op("Max", *(nonfinite_info(b, v, dtype, t_info) for v in x)) if len(x) > 1 else \
-        nonfinite_info(b, x[0], dtype, t_info)
+    info = nonfinite_info(b, x, dtype, t_info)
     # The rows of A^T (of conj(A), when wide) are orthogonalized: A^T = conj(V) S U^T (A^H = V S U^H).
     rows = [transposed(b, v) for v in x] if m >= n else conj(b, x)
     vectors = mode != ord("N")

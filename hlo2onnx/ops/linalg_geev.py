@@ -55,8 +55,7 @@ def geev(ctx: RuleContext, a, *, compute_left: int = ord("V"), compute_right: in
     if batch * n == 0:
         return empty_results(b, ctx.out_types)
     x = planes(b, a, in_type, 2, dtype)
-    info = b.op("Max", *(nonfinite_info(b, v, dtype, t_info) for v in x)) if len(x) > 1 else \
-        nonfinite_info(b, x[0], dtype, t_info)
+    info = nonfinite_info(b, x, dtype, t_info)
     if real:
         x = [x[0], b.splat(0, dtype, (batch, n, n))]
     scale = safe_scale(b, x, dtype)

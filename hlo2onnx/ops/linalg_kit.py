@@ -144,12 +144,15 @@ def pack_reflector(b: Builder, x: ir.Value, k1: ir.Value, column: ir.Value, v: i
     return set_column(b, x, k1, packed, batch, m)
 
 
-def nonfinite_info(b: Builder, x: ir.Value, dtype: np.dtype, ttype: TensorType) -> ir.Value:
-    """LAPACK's info for routines that cannot fail otherwise: 0, or 1 for a (B, r, c) input with a NaN or
-    infinity (x - x is NaN there), on which JAX reports all-NaN results."""
-    bad = b.op("Not", b.op("Equal", b.op("Sub", x, x), b.const(np.zeros((), dtype))))
-    return reshape_to(b, b.op("ReduceMax", b.cast(bad, np.int32), b.shape_const([1, 2]), keepdims=0),
-                      list(ttype.shape))
+def nonfinite_info(b: Builder, x: Sequence[ir.Value], dtype: np.dtype, ttype: TensorType) -> ir.Value:
+    """LAPACK's info for routines that cannot fail otherwise: 0, or 1 for a (B, r, c) input, given as its planes
+    (one real, or re and im), with a NaN or infinity (x - x is NaN there), on which JAX reports all-NaN results."""
+    infos = []
+    for plane in x:
+        bad = b.op("Not", b.op("Equal", b.op("Sub", plane, plane), b.const(np.zeros((), dtype))))
+        infos.append(reshape_to(b, b.op("ReduceMax", b.cast(bad, np.int32), b.shape_const([1, 2]), keepdims=0),
+                                list(ttype.shape)))
+    return b.op("Max", *infos) if len(infos) > 1 else infos[0]
 
 
 def empty_results(b: Builder, types: Sequence[TensorType]) -> list[ir.Value]:

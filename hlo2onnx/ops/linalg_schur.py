@@ -53,8 +53,7 @@ def gees(ctx: RuleContext, a, *, mode: int = ord("V"), sort: int = ord("N")):
     if batch * n == 0:
         return empty_results(b, ctx.out_types)
     x = planes(b, a, in_type, 2, dtype)
-    info = b.op("Max", *(nonfinite_info(b, v, dtype, t_info) for v in x)) if len(x) > 1 else \
-        nonfinite_info(b, x[0], dtype, t_info)
+    info = nonfinite_info(b, x, dtype, t_info)
     scale = safe_scale(b, x, dtype)  # (B, 1, 1), as dgees scales A into the safe range
     x = [b.op("Div", v, scale) for v in x]
     if len(x) == 1:
