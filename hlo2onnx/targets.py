@@ -14,6 +14,8 @@
 - `openvino-cpu`: OpenVINO's CPU plugin, minus what it computes wrongly (targets_openvino.py).
 - `iree-cpu`: IREE compiling the model for the host CPU, minus what its ONNX importer cannot take
   (targets_iree.py); what it refuses runs on ort-cpu under `fallback=True`.
+- `iree-cuda`: the same, compiled for the NVIDIA GPU jax sees and run by IREE's CUDA driver; what it
+  refuses runs on ort-cuda, or else ort-cpu, under `fallback=True`.
 
 Rules never special-case a runtime. They ask `Target.compute_dtype(op, dtype)`
 which dtype to run an ONNX op in; when the runtime lacks the kernel, the
@@ -31,7 +33,7 @@ from __future__ import annotations
 import itertools
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 import ml_dtypes
@@ -292,7 +294,15 @@ IREE_CPU = Target(
                 "no Loop with scan outputs, DFT, ConvTranspose, f64 trigonometry or float scatter-min/max",
     runtime="iree", providers=(), device="cpu", fallback_chain=("ort-cpu",))
 
-TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU)}
+# The same importer and table: the refusals are the importer's and the torch-to-linalg conversion's, which
+# come before the backend (f64 trigonometry is refused for llvm-cpu's missing libm; CUDA's libdevice has it,
+# but the CPU measurement stands until it is measured on a GPU).
+IREE_CUDA = replace(
+    IREE_CPU, name="iree-cuda", device="gpu", fallback_chain=("ort-cuda", "ort-cpu"),
+    description="IREE (iree-base-compiler) compiled for the NVIDIA GPU jax sees (CUDA driver only, no "
+                "onnxruntime-gpu); the iree-cpu table")
+
+TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU, IREE_CUDA)}
 
 
 def get(target: str | Target) -> Target:

@@ -16,7 +16,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from hlo2onnx import compat
-from mnjit.runtime import create_session
+from mnjit.runtime import CapsuleHolder, create_session
 
 _C = compat.ort_capi()
 
@@ -51,16 +51,7 @@ class CudaOrtRunner:
             binding.bind_output(name, self._ort_gpu)
         self._c_session.run_with_iobinding(binding, self._run_options)
         binding.synchronize_outputs()  # ORT's stream has finished writing before jax reads
-        return [jax.dlpack.from_dlpack(_GpuCapsule(c, self._device.local_hardware_id or 0))
+        device_id = self._device.local_hardware_id or 0
+        return [jax.dlpack.from_dlpack(CapsuleHolder(c, (compat.KDL_CUDA, device_id)))
                 for c in binding.get_outputs().to_dlpacks(None)]
 
-
-class _GpuCapsule:
-    def __init__(self, capsule, device_id: int):
-        self._capsule, self._device_id = capsule, device_id
-
-    def __dlpack__(self, **_):
-        return self._capsule
-
-    def __dlpack_device__(self):
-        return (compat.KDL_CUDA, self._device_id)

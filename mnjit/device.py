@@ -81,9 +81,10 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
 
         return OpenVinoRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals)
     if target.runtime == "iree":
-        from mnjit.iree_runner import IreeRunner
+        from mnjit.iree_runner import CPU, IreeRunner, cuda_backend
 
-        return IreeRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals)
+        backend = CPU if target.device == "cpu" else cuda_backend(jax.devices(target.device)[0])
+        return IreeRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals, backend)
     if target.device != "cpu":
         from mnjit.cuda_runner import CudaOrtRunner
 

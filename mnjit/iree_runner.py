@@ -1,12 +1,14 @@
-"""Runs an ONNX model compiled by IREE for the host CPU, with jax/numpy leaves in and jax.Arrays out.
+"""Runs an ONNX model compiled by IREE, for the host CPU (`iree-cpu`) or an NVIDIA GPU (`iree-cuda`), with
+jax/numpy leaves in and jax.Arrays out.
 
 The model goes through IREE's ONNX importer (`iree.compiler.extras.onnx_importer`, what `iree-import-onnx`
-runs), then `iree-compile` for llvm-cpu with the host's CPU features, then runs on IREE's `local-task`
-driver (its own thread pool). Compiled modules are kept per model in-process (`compiled`), so a model
-seen again, by another signature's runner or another mnjit function, is not compiled twice.
+runs), then `iree-compile` for the backend (`Backend`: llvm-cpu with the host's CPU features, or CUDA for the
+GPU's architecture), then runs on IREE's driver for it (`local-task`, its own thread pool, or `cuda`).
+Compiled modules are kept per model and flags in-process (`compiled`), so a model seen again, by another
+signature's runner or another mnjit function, is not compiled twice.
 
-Buffers cross by DLPack both ways where IREE allows: jax arrays on the CPU are imported into IREE without
-a copy (HalDevice.from_dlpack_capsule), and IREE's results become jax arrays over IREE's buffers
+Buffers cross by DLPack both ways where IREE allows: jax arrays on the backend's device are imported into
+IREE without a copy (HalDevice.from_dlpack_capsule), and IREE's results become jax arrays over IREE's buffers
 (create_dlpack_capsule). numpy leaves, complex values (float pairs in the model) and dtypes jax's DLPack
 does not take are copied once.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Sequence
 
 import jax
@@ -29,17 +32,46 @@ from iree.compiler.ir import Context
 from hlo2onnx import compat
 from hlo2onnx.compat import mark_weak
 from mnjit.iree_rewrite import for_iree
-from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
+from mnjit.runtime import CapsuleHolder, complex_as_pairs, host_to_jax, pairs_as_complex
 
-# iree-compile's flags. IREE's torch input pipeline demotes f64 to f32 unless told not to (measured: an f64
-# Add came back as f32 bytes); the host CPU's features give the vector width jax's own CPU code uses.
-COMPILE_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                 "--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=false",
-                 "--iree-input-demote-i64-to-i32=false")
-# IREE's task-pool driver. Its synchronous one ("local-sync", on the calling thread) was 7x faster on the 64x64
-# CFD step (343 small nodes: 0.35x jax.jit against 2.46x) and 10-15% slower on the MLP and transformer block,
-# measured at load 8-10 on 2 cores; a per-model choice is left to tiering.
-DRIVER = "local-task"
+# iree-compile's flags for every backend: IREE's torch input pipeline demotes f64 to f32 unless told not to
+# (measured: an f64 Add came back as f32 bytes).
+_NO_DEMOTION = ("--iree-input-demote-f64-to-f32=false", "--iree-input-demote-i64-to-i32=false")
+# The CUDA architectures iree-compile 3.13 has target details for (it refuses sm_90 with "missing GPU target";
+# measured): a newer GPU gets the newest of these at or below its own, whose PTX its driver compiles.
+CUDA_ARCHS = (89, 86, 80, 75, 70, 61, 60)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where IREE compiles for and runs: iree-compile's flags, the runtime driver, and the jax platform and
+    DLPack device type of the arrays that cross."""
+
+    driver: str
+    flags: tuple[str, ...]
+    platform: str
+    dlpack_device: int
+
+
+# The host CPU's features give the vector width jax's own CPU code uses. IREE's task-pool driver: its
+# synchronous one ("local-sync", on the calling thread) was 7x faster on the 64x64 CFD step (343 small nodes:
+# 0.35x jax.jit against 2.46x) and 10-15% slower on the MLP and transformer block, measured at load 8-10 on
+# 2 cores.
+CPU = Backend("local-task", ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                             "--iree-llvmcpu-target-cpu=host", *_NO_DEMOTION), "cpu", compat.KDL_CPU)
+
+
+def cuda_backend(device: jax.Device) -> Backend:
+    """The CUDA backend for jax's GPU `device` (its compute capability picks the architecture)."""
+    major, minor = (int(part) for part in str(device.compute_capability).split("."))
+    arch = next((a for a in CUDA_ARCHS if a <= 10 * major + minor), None)
+    if arch is None:
+        raise IreeCompileError(f"IREE compiles for CUDA sm_{CUDA_ARCHS[-1]} and newer; {device} is "
+                               f"sm_{major}{minor}")
+    return Backend("cuda", ("--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{arch}", *_NO_DEMOTION),
+                   "gpu", compat.KDL_CUDA)
+
+
 ENTRY = "main"  # the graph is renamed to this before import: the importer names the function after it
 _MAX_MODULES = 256  # compiled modules kept (bytes of the .vmfb, weights included)
 
@@ -57,34 +89,38 @@ class IreeCompileError(RuntimeError):
 
 
 class _Runtime:
-    """The process's IREE VM instance, CPU device and HAL module, shared by every compiled model."""
+    """The process's IREE VM instance, one driver's device and its HAL module, shared by every compiled
+    model for that driver."""
 
-    def __init__(self) -> None:
+    def __init__(self, driver: str) -> None:
         self.instance = iree_rt.VmInstance()
-        self.device = iree_rt.get_device(DRIVER)
+        self.device = iree_rt.get_device(driver)
         self.hal = iree_rt.create_hal_module(self.instance, self.device)
 
 
-_runtime: list[_Runtime] = []
+_runtimes: dict[str, _Runtime] = {}
 _modules: OrderedDict[str, bytes] = OrderedDict()
 _lock = threading.Lock()
 
 
-def runtime() -> _Runtime:
+def runtime(driver: str = CPU.driver) -> _Runtime:
     with _lock:
-        if not _runtime:
-            _runtime.append(_Runtime())
-        return _runtime[0]
+        if driver not in _runtimes:
+            _runtimes[driver] = _Runtime(driver)
+        return _runtimes[driver]
 
 
-def compiled(proto: onnx.ModelProto) -> bytes:
-    """The .vmfb of `proto` (its graph named ENTRY), compiled once per model content in this process."""
-    key = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
+def compiled(proto: onnx.ModelProto, backend: Backend = CPU) -> bytes:
+    """The .vmfb of `proto` (its graph named ENTRY) for `backend`, compiled once per model content and
+    flags in this process."""
+    digest = hashlib.sha256(proto.SerializeToString(deterministic=True))
+    digest.update("\0".join(backend.flags).encode())
+    key = digest.hexdigest()
     with _lock:
         if key in _modules:
             _modules.move_to_end(key)
             return _modules[key]
-    vmfb = compile_model(proto)
+    vmfb = compile_model(proto, backend)
     with _lock:
         _modules[key] = vmfb
         while len(_modules) > _MAX_MODULES:
@@ -107,10 +143,10 @@ def import_model(proto: onnx.ModelProto) -> bytes:
     return module.get_asm(binary=True)
 
 
-def compile_model(proto: onnx.ModelProto) -> bytes:
+def compile_model(proto: onnx.ModelProto, backend: Backend = CPU) -> bytes:
     """The .vmfb of `proto`: imported in-process, compiled by iree-compile in a subprocess (no cache)."""
     try:
-        return iree_compiler.compile_str(import_model(proto), input_type="onnx", extra_args=list(COMPILE_FLAGS))
+        return iree_compiler.compile_str(import_model(proto), input_type="onnx", extra_args=list(backend.flags))
     except iree_compiler.CompilerToolError as e:
         raise IreeCompileError(f"iree-compile could not compile the model: {_first_error(str(e))}") from e
 
@@ -131,9 +167,10 @@ def _first_error(text: str) -> str:
 
 
 class IreeRunner:
-    """One compiled IREE module; `run` takes flat jax/numpy leaves and returns flat jax.Arrays."""
+    """One compiled IREE module; `run` takes flat jax/numpy leaves and returns flat jax.Arrays on the backend's
+    device."""
 
-    def __init__(self, model_bytes: bytes, in_avals: Sequence, out_avals: Sequence):
+    def __init__(self, model_bytes: bytes, in_avals: Sequence, out_avals: Sequence, backend: Backend = CPU):
         self.in_dtypes = [np.dtype(a.dtype) for a in in_avals]
         self.out_avals = list(out_avals)
         for dtype in {*self.in_dtypes, *(np.dtype(a.dtype) for a in self.out_avals)}:
@@ -146,8 +183,9 @@ class IreeRunner:
         proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)  # the Slice rewrite reads shapes
         for_iree(proto)
         proto.graph.name = ENTRY
-        self._rt = runtime()
-        self._module = iree_rt.VmModule.copy_buffer(self._rt.instance, compiled(proto))
+        self.backend = backend
+        self._rt = runtime(backend.driver)
+        self._module = iree_rt.VmModule.copy_buffer(self._rt.instance, compiled(proto, backend))
         self._function = self._module.lookup_function(ENTRY)
         self._contexts = [self._context()]  # idle VM contexts: one per concurrent call (they are not shared)
         self._pool_lock = threading.Lock()
@@ -156,7 +194,10 @@ class IreeRunner:
         # The element type each result must carry: IREE gives unsigned results of arithmetic as signed ones.
         self._out_elements = [_ELEMENT.get(_COMPLEX.get(d, d)) for d in self._out_dtypes]
         self._weak = [i for i, a in enumerate(self.out_avals) if getattr(a, "weak_type", False)]
-        self._jax_device = jax.devices("cpu")[0]
+        self._jax_device = jax.devices(backend.platform)[0]
+        self._device_id = self._jax_device.local_hardware_id or 0
+        # Whether DLPack crosses in each direction; set to the reason once it fails, and copies are made instead.
+        self.copy_reason: dict[str, str] = {}
 
     def _context(self) -> iree_rt.VmContext:
         return iree_rt.VmContext(self._rt.instance, [self._rt.hal, self._module])
@@ -171,6 +212,8 @@ class IreeRunner:
         if context is None:  # another thread holds the idle context: a VM context serves one call at a time
             context = self._context()
         try:
+            # Synchronous: the module's entry point waits for its device work (IREE's sync wrapper of the
+            # async function), so results are complete when it returns, on any driver.
             context.invoke(self._function, args, results)
         finally:
             with self._pool_lock:
@@ -184,9 +227,15 @@ class IreeRunner:
     def buffer_view(self, leaf, dtype: np.dtype) -> iree_rt.HalBufferView:
         device = self._rt.device
         if isinstance(leaf, jax.Array) and leaf.dtype == dtype and dtype not in _COMPLEX \
-                and leaf.is_fully_addressable and leaf.devices() == {self._jax_device}:
+                and "in" not in self.copy_reason and leaf.is_fully_addressable \
+                and leaf.devices() == {self._jax_device}:
             # Zero-copy: IREE reads the jax buffer in place (the capsule keeps it alive until IREE lets go).
-            return device.from_dlpack_capsule(leaf.__dlpack__())
+            # IREE does not wait on jax's stream: the value must be written first.
+            leaf.block_until_ready()
+            try:
+                return device.from_dlpack_capsule(leaf.__dlpack__())
+            except (RuntimeError, ValueError) as e:  # this IREE build or driver imports no such buffer
+                self.copy_reason["in"] = f"{type(e).__name__}: {e}"
         # numpy leaves (jax's dtype canonicalization may narrow them: a view when dtypes agree), complex
         # values as float pairs: one copy into an IREE buffer.
         array = np.require(np.asarray(leaf, dtype=dtype), requirements="C")
@@ -209,10 +258,21 @@ class IreeRunner:
         if view.element_type != element:
             # Same bytes, another reading (int32 for uint32): a new view of the buffer, not a copy.
             view = iree_rt.HalBufferView(view.get_buffer(), view.shape, element)
+        if dtype not in _COMPLEX and "out" not in self.copy_reason:
+            # Zero-copy: jax holds IREE's result buffer (copied only when it is not 64-byte aligned).
+            capsule = self._rt.device.create_dlpack_capsule(view, self.backend.dlpack_device, self._device_id)
+            if self.backend.dlpack_device == compat.KDL_CPU:
+                return compat.dlpack_to_buffer(capsule, self._jax_device, None, None, compat.KDL_CPU)
+            try:
+                return jax.dlpack.from_dlpack(CapsuleHolder(capsule, (self.backend.dlpack_device, self._device_id)))
+            except (RuntimeError, ValueError, TypeError) as e:
+                self.copy_reason["out"] = f"{type(e).__name__}: {e}"
+        # Complex values (pairs in the model), or a device buffer jax did not take: one copy through the host.
+        if self.backend.platform == "cpu":
+            host = np.array(view.map().asarray(shape, _COMPLEX.get(dtype, dtype)))
+        else:
+            host = np.asarray(iree_rt.DeviceArray(self._rt.device, view, implicit_host_transfer=True).to_host())
         if dtype in _COMPLEX:
-            pairs = np.array(view.map().asarray(shape, _COMPLEX[dtype]))  # the one copy
-            return host_to_jax(pairs_as_complex(pairs, dtype), self._jax_device)
-        # Zero-copy: jax holds IREE's result buffer (copied only when it is not 64-byte aligned).
-        capsule = self._rt.device.create_dlpack_capsule(view, compat.KDL_CPU, 0)
-        return compat.dlpack_to_buffer(capsule, self._jax_device, None, None, compat.KDL_CPU)
-
+            host = pairs_as_complex(host.view(_COMPLEX[dtype]), dtype)
+        return host_to_jax(host, self._jax_device) if self.backend.platform == "cpu" \
+            else jax.device_put(host, self._jax_device)

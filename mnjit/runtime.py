@@ -252,9 +252,9 @@ class OrtRunner:
 
     def _import(self, i: int, capsule) -> jax.Array:
         if i in self._bool_out:  # bool arrives through DLPack as uint8
-            return jax.device_put(np.from_dlpack(_CapsuleHolder(capsule)).view(_BOOL), self._device)
+            return jax.device_put(np.from_dlpack(CapsuleHolder(capsule)).view(_BOOL), self._device)
         if i in self._complex_out:
-            pairs = np.from_dlpack(_CapsuleHolder(capsule))  # a view of ORT's buffer
+            pairs = np.from_dlpack(CapsuleHolder(capsule))  # a view of ORT's buffer
             return jax.device_put(pairs_as_complex(pairs, self._complex_out[i]), self._device)
         return _to_buffer(capsule, self._device, None, None, compat.KDL_CPU)
 
@@ -357,14 +357,15 @@ def pairs_as_complex(pairs: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.require(pairs, requirements="C").view(dtype)[..., 0]
 
 
-class _CapsuleHolder:
-    """Adapts a bare capsule to the __dlpack__ protocol for the public import."""
+class CapsuleHolder:
+    """Adapts a bare DLPack capsule to the __dlpack__ protocol for the public imports (np.from_dlpack,
+    jax.dlpack.from_dlpack); `device` is DLPack's (device type, id) of its buffer."""
 
-    def __init__(self, capsule):
-        self._capsule = capsule
+    def __init__(self, capsule, device: tuple[int, int] = (compat.KDL_CPU, 0)):
+        self._capsule, self._device = capsule, device
 
     def __dlpack__(self, **_):
         return self._capsule
 
-    def __dlpack_device__(self):
-        return (compat.KDL_CPU, 0)
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._device

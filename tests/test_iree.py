@@ -70,12 +70,12 @@ def test_full_tables(case: Case) -> None:
     _matches_or_refused(case, strict=False)
 
 
-def _matches_or_refused(case: Case, strict: bool) -> None:
+def _matches_or_refused(case: Case, strict: bool, target: str = TARGET) -> None:
     try:
-        run_case(case, target=TARGET)
+        run_case(case, target=target)
     except REFUSED as e:
         message = str(e)
-        assert TARGET in message and ("no kernel" in message or "not accepted" in message or "no " in message), message
+        assert target in message and ("no kernel" in message or "not accepted" in message or "no " in message), message
     except IreeCompileError as e:  # IREE itself failed on the model: a clear error, never a wrong answer
         assert not strict or case.name in COMPILE_ERRORS, str(e)
 
@@ -308,3 +308,35 @@ def test_models() -> None:
     for model in (mlp(batch=8), transformer(batch=1, seq=16, d=32, f=64)):
         expected = jax.jit(model.fun)(*model.args)
         assert_same(mnjit(model.fun, target=TARGET)(*model.args), expected, (2e-4, 2e-4), model.name)
+
+
+# -- the CUDA backend, compiled here (iree-compile needs no GPU; tests/test_iree_cuda.py runs it on one) --------------
+@pytest.mark.parametrize("capability, arch", [("9.0", "sm_89"), ("8.6", "sm_86"), ("8.0", "sm_80"), ("12.0", "sm_89")])
+def test_cuda_backend_compiles_for_the_gpu_architecture(capability, arch) -> None:
+    """A GPU newer than iree-compile's known targets (3.13 refuses sm_90) gets the newest it knows, whose PTX the
+    driver compiles for it."""
+    from types import SimpleNamespace
+
+    from mnjit.iree_runner import compile_model, cuda_backend
+
+    backend = cuda_backend(SimpleNamespace(compute_capability=capability))
+    assert f"--iree-cuda-target={arch}" in backend.flags and backend.driver == "cuda"
+    proto = mnjit(lambda a, b: jnp.tanh(a @ b) + 1.0, target=TARGET).lower(
+        rand((8, 8)), rand((8, 8), seed=1)).onnx_model
+    proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    for_iree(proto)
+    proto.graph.name = "main"
+    vmfb = compile_model(proto, backend)
+    assert b"cuda-nvptx-fb" in vmfb  # the executable format of IREE's CUDA driver
+    import iree.runtime as iree_rt
+
+    assert iree_rt.VmModule.copy_buffer(iree_rt.VmInstance(), vmfb).lookup_function("main") is not None
+
+
+def test_cuda_backend_refuses_old_gpus() -> None:
+    from types import SimpleNamespace
+
+    from mnjit.iree_runner import cuda_backend
+
+    with pytest.raises(IreeCompileError, match="sm_52"):
+        cuda_backend(SimpleNamespace(compute_capability="5.2"))

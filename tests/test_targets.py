@@ -29,7 +29,7 @@ def looped(x):
 
 
 def test_profiles_are_registered():
-    assert set(TARGETS) == {"ort-cpu", "ort-cuda", "core", "openvino-cpu", "iree-cpu"}
+    assert set(TARGETS) == {"ort-cpu", "ort-cuda", "core", "openvino-cpu", "iree-cpu", "iree-cuda"}
     assert all(t.description for t in TARGETS.values())
 
 
