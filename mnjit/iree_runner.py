@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import onnx
@@ -258,16 +259,18 @@ class IreeRunner:
         if view.element_type != element:
             # Same bytes, another reading (int32 for uint32): a new view of the buffer, not a copy.
             view = iree_rt.HalBufferView(view.get_buffer(), view.shape, element)
-        if dtype not in _COMPLEX and "out" not in self.copy_reason:
+        if dtype not in _COMPLEX and self.backend.dlpack_device == compat.KDL_CPU:
             # Zero-copy: jax holds IREE's result buffer (copied only when it is not 64-byte aligned).
-            capsule = self._rt.device.create_dlpack_capsule(view, self.backend.dlpack_device, self._device_id)
-            if self.backend.dlpack_device == compat.KDL_CPU:
-                return compat.dlpack_to_buffer(capsule, self._jax_device, None, None, compat.KDL_CPU)
+            capsule = self._rt.device.create_dlpack_capsule(view, compat.KDL_CPU, 0)
+            return compat.dlpack_to_buffer(capsule, self._jax_device, None, None, compat.KDL_CPU)
+        if dtype not in _COMPLEX and 0 in shape:
+            return jnp.zeros(shape, dtype, device=self._jax_device)  # nothing to copy (IREE refuses empty copies)
+        if dtype not in _COMPLEX and "out" not in self.copy_reason:
             try:
-                return jax.dlpack.from_dlpack(CapsuleHolder(capsule, (self.backend.dlpack_device, self._device_id)))
-            except (RuntimeError, ValueError, TypeError) as e:
+                return self._device_copy(view, dtype, shape)
+            except (RuntimeError, ValueError) as e:  # the driver imports no jax buffer: through the host below
                 self.copy_reason["out"] = f"{type(e).__name__}: {e}"
-        # Complex values (pairs in the model), or a device buffer jax did not take: one copy through the host.
+        # Complex values (pairs in the model), or a device buffer IREE cannot hand over: one copy through the host.
         if self.backend.platform == "cpu":
             host = np.array(view.map().asarray(shape, _COMPLEX.get(dtype, dtype)))
         else:
@@ -276,3 +279,17 @@ class IreeRunner:
             host = pairs_as_complex(host.view(_COMPLEX[dtype]), dtype)
         return host_to_jax(host, self._jax_device) if self.backend.platform == "cpu" \
             else jax.device_put(host, self._jax_device)
+
+    def _device_copy(self, view: iree_rt.HalBufferView, dtype: np.dtype, shape: tuple) -> jax.Array:
+        """The result copied on the device into a new jax array's buffer. IREE's CUDA driver (3.13) exports
+        none of its result buffers by DLPack ("CUDA buffer type is not supported for export", measured on an
+        H100), but it imports jax's, and a device-to-device copy is far cheaper than a trip through the host."""
+        target = jnp.empty(shape, dtype, device=self._jax_device)
+        target.block_until_ready()  # jax's stream has finished allocating it before IREE's writes
+        device = self._rt.device
+        imported = device.from_dlpack_capsule(target.__dlpack__())
+        semaphore = device.create_semaphore(0)
+        device.queue_copy(view.get_buffer(), imported.get_buffer(), iree_rt.HalFence.create_at(semaphore, 0),
+                          iree_rt.HalFence.create_at(semaphore, 1))
+        iree_rt.HalFence.create_at(semaphore, 1).wait()
+        return target

@@ -19,6 +19,9 @@ from mnjit.device import TargetUnavailableError  # noqa: E402
 from mnjit.iree_runner import IreeRunner, cuda_backend  # noqa: E402
 
 TARGET = "iree-cuda"
+# jax.jit's f32 matrix products on an H100 round their inputs to TF32 (jax's default precision), IREE's do not:
+# 3e-4 apart on a 64-term sum (measured).
+_TF32 = (1e-3, 1e-3)
 
 
 def _available() -> bool:
@@ -47,12 +50,12 @@ def test_gpu_arrays_in_and_out_without_copies() -> None:
     expected = jax.jit(fun)(*args)
     result = mnjit(fun, target=TARGET)(*args)
     assert {d for r in result for d in r.devices()} == {gpu}
-    assert_same(result, expected, (1e-4, 1e-5))
+    assert_same(result, expected, _TF32)
     model = mnjit(fun, target=TARGET).lower(*args).onnx_model
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
     runner = IreeRunner(model.SerializeToString(), avals, [jax.ShapeDtypeStruct(e.shape, e.dtype) for e in expected],
                         cuda_backend(gpu))
-    assert_same(runner.run(args), expected, (1e-4, 1e-5))
+    assert_same(runner.run(args), expected, _TF32)
     assert runner.copy_reason == {}
 
 
