@@ -55,7 +55,7 @@ def test_gpu_arrays_in_and_out_without_copies() -> None:
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
     runner = IreeRunner(model.SerializeToString(), avals, [jax.ShapeDtypeStruct(e.shape, e.dtype) for e in expected],
                         cuda_backend(gpu))
-    assert_same(runner.run(args), expected, _TF32)
+    assert_same(tuple(runner.run(args)), expected, _TF32)
     assert runner.copy_reason == {}
 
 
