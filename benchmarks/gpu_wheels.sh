@@ -6,7 +6,7 @@
 #   .gpu/wheels.tar.part-NN  one uncompressed tar of all the wheels (wheels are zip files already), cut in
 #                            chunks: one stream rather than a chunk series per wheel needs the fewest commands
 # Then carry .gpu/SHA256SUMS with each chunk in turn: `benchmarks/gpu_check.sh stage` for all but the last,
-# plain `benchmarks/gpu_check.sh` with the last (docs/runtime.md, "The GPU check").
+# plain `benchmarks/gpu_check.sh` with the last (README, "Targets").
 #   benchmarks/gpu_wheels.sh [CHUNK_BYTES] [PACKAGE==VERSION ...]
 # The default: onnxruntime-gpu 1.31.1 (CUDA 13, cuDNN 9) for CPython 3.12, what the GPU machine's jax 0.11.2
 # with jax-cuda13-plugin pairs with (it brings its numpy, onnx and CUDA libraries itself), and IREE's compiler

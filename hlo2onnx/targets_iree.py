@@ -18,7 +18,8 @@ on the target (tests/test_iree.py):
 - float Sin, Cos and Tan are polynomial approximations without full range reduction: off by 1e-4 at
   |x| ~ 5e3 and -inf at 1e30 (XLA: -0.61). float Pow is exp(y log x): NaN for every negative base (even
   (-2)**3), for 0**0 and NaN**0 and 1**inf. float Mod (fmod) gives NaN for x % inf (XLA: x) and the
-  wrong sign for -1e4 % 1e-3. Refused in every float dtype.
+  wrong sign for -1e4 % 1e-3. Refused in every float dtype: stablehlo.remainder then takes its exact
+  expansion (ops/fmod.py), and a power by a constant 0, 1, 2 or -1 needs no Pow (ops/elementwise.py).
 - `ConvTranspose` (input-dilated convolutions take the dilate-and-Conv lowering instead), `DFT` (FFTs fall
   back), and ScatterElements with reduction max/min on floats are not legalized.
 """

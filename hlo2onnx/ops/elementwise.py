@@ -6,8 +6,10 @@ from functools import partial
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.ops.fmod import fmod
 from hlo2onnx.ops.sort import total_order_compare
 from hlo2onnx.ops.special import in_compute_dtype
+from hlo2onnx.patterns.cleanup import const_array, splat_of
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, is_unsigned
 from hlo2onnx.translator import RuleContext
@@ -19,7 +21,7 @@ def _same(onnx_op: str, ctx: RuleContext, *xs: ir.Value) -> ir.Value:
 
 
 for _hlo, _onnx in {
-    "add": "Add", "subtract": "Sub", "multiply": "Mul", "power": "Pow",
+    "add": "Add", "subtract": "Sub", "multiply": "Mul",
     "maximum": "Max", "minimum": "Min", "negate": "Neg", "abs": "Abs",
     "exponential": "Exp", "log": "Log", "sqrt": "Sqrt", "tanh": "Tanh",
     "floor": "Floor", "ceil": "Ceil", "round_nearest_even": "Round", "logistic": "Sigmoid",
@@ -73,9 +75,60 @@ def divide(ctx: RuleContext, x, y):
 
 @register("stablehlo.remainder")
 def remainder(ctx: RuleContext, x, y):
-    if is_float(ctx.out_type.dtype):  # C fmod: the sign follows the dividend
-        return ctx.b.typed("Mod", x, y, dtype=ctx.out_type.dtype, fmod=1)
+    dtype = ctx.out_type.dtype
+    if is_float(dtype):  # C fmod: the sign follows the dividend
+        try:
+            ctx.b.target.compute_dtype("Mod", dtype)
+        except NotImplementedError:  # the target's Mod is wrong (IREE's): computed exactly from arithmetic
+            return fmod(ctx.b, x, y, ctx.out_type)
+        return ctx.b.typed("Mod", x, y, dtype=dtype, fmod=1)
     return _int_division(ctx, x, y, remainder=True)
+
+
+@register("stablehlo.power")
+def power(ctx: RuleContext, x, y):
+    """x ** y. A constant exponent of 0, 1, 2 or -1 is simplified as XLA's algebraic simplifier does (1, x,
+    x * x, 1 / x: each one rounding, like a correctly rounded pow), which also spares targets whose Pow is
+    wrong (IREE's) a refusal: jax-md's soft-sphere energy raises to the float power 2.0."""
+    b, dtype = ctx.b, ctx.out_type.dtype
+    exponent = _uniform(y) if is_float(dtype) else None
+    if exponent is not None and float(exponent) in (0.0, 1.0, 2.0, -1.0):
+        if exponent == 0:  # 1 everywhere, NaN included
+            shape = ctx.out_type.shape
+            return b.splat(1, dtype, shape) if all(d >= 0 for d in shape) \
+                else b.op("Expand", b.const(np.ones((), dtype)), b.op("Shape", x))
+        if exponent == 1:
+            return x
+        if exponent == 2:
+            return b.typed("Mul", x, x, dtype=dtype)
+        return b.typed("Div", b.const(1, dtype), x, dtype=dtype)
+    return b.typed("Pow", x, y, dtype=dtype)
+
+
+# Scalar constant arithmetic an exponent may still hold when its rule runs (ORT's folding comes later): jax-md
+# writes alpha - 1 for the gradient of x ** alpha, converted from f32.
+_FOLDABLE = {"Cast": None, "Identity": None, "Expand": None, "Reshape": None, "Neg": np.negative,
+             "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
+def _uniform(value: ir.Value, depth: int = 8):
+    """The one value an operand holds everywhere when it is computed from constants alone (a scalar the rules
+    broadcast, a splat, their sums and conversions), else None."""
+    found = splat_of(value)
+    if found is not None:
+        return found
+    array = const_array(value)
+    if array is not None:
+        return array.reshape(-1)[0] if array.size == 1 else None
+    producer = value.producer()
+    if depth == 0 or producer is None or producer.domain != "" or producer.op_type not in _FOLDABLE:
+        return None
+    fn = _FOLDABLE[producer.op_type]
+    operands = producer.inputs[:1] if fn is None or producer.op_type == "Neg" else producer.inputs
+    values = [_uniform(v, depth - 1) if v is not None else None for v in operands]
+    if any(v is None for v in values):
+        return None
+    return values[0] if fn is None else fn(*values)
 
 
 @register("stablehlo.rsqrt")

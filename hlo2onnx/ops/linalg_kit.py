@@ -207,15 +207,19 @@ def first_failure(b: Builder, failed: ir.Value, ttype: TensorType) -> ir.Value:
     return reshape_to(b, info, list(ttype.shape))
 
 
-def _loop(b: Builder, name: str, trip: int, go_on: ir.Value | None, inits: Sequence[ir.Value],
+def _loop(b: Builder, name: str, trip: int | ir.Value, go_on: ir.Value | None, inits: Sequence[ir.Value],
           types: Sequence[TensorType], row_types: Sequence[TensorType], body) -> list[ir.Value]:
-    """The ONNX Loop both builders below make; `body(sb, step, cond, carried)` -> (flag, outs, rows)."""
+    """The ONNX Loop both builders below make; `body(sb, step, cond, carried)` -> (flag, outs, rows). A trip
+    count known only at run time (an int64 scalar value) takes no scan outputs."""
+    if isinstance(trip, ir.Value) and row_types:
+        raise ValueError("a Loop with a run-time trip count stacks no rows")
     sb = b.subgraph(name)
     step, cond = graph_input(_I64), graph_input(_BOOL)
     carried = [graph_input(t) for t in types]
     flag, outs, rows = body(sb, step, cond, carried)
     graph = sb.finish_subgraph([step, cond, *carried], [flag, *outs, *rows], [_BOOL, *types, *row_types])
-    results = b.ops("Loop", b.const(np.int64(trip)), go_on, *inits, body=graph,
+    trip_count = trip if isinstance(trip, ir.Value) else b.const(np.int64(trip))
+    results = b.ops("Loop", trip_count, go_on, *inits, body=graph,
                     num_outputs=len(types) + len(row_types))
     stacked = [TensorType((trip, *t.shape), t.dtype) for t in row_types]
     for value, ttype in zip(results, [*types, *stacked]):
@@ -223,9 +227,10 @@ def _loop(b: Builder, name: str, trip: int, go_on: ir.Value | None, inits: Seque
     return list(results)
 
 
-def loop(b: Builder, name: str, trip: int, inits: Sequence[ir.Value], types: Sequence[TensorType], body: Body,
-         row_types: Sequence[TensorType] = ()) -> list[ir.Value]:
-    """An ONNX Loop of `trip` steps carrying `inits`; scan outputs stack the rows `body` yields."""
+def loop(b: Builder, name: str, trip: int | ir.Value, inits: Sequence[ir.Value], types: Sequence[TensorType],
+         body: Body, row_types: Sequence[TensorType] = ()) -> list[ir.Value]:
+    """An ONNX Loop of `trip` steps (a constant, or an int64 scalar computed at run time) carrying `inits`; scan
+    outputs stack the rows `body` yields."""
     def steps(sb, step, cond, carried):
         outs, rows = body(sb, step, carried)
         return cond, outs, rows

@@ -1,0 +1,163 @@
+"""XLA's float `remainder` (C's fmod) computed exactly from arithmetic, for targets whose Mod kernel is wrong.
+
+IREE 3.13 computes Mod as a division and a product in the element type: NaN for x % inf and the wrong sign
+for -1e4 % 1e-3 (hlo2onnx/targets_iree.py). fmod's result is always exactly representable, and this
+computes it exactly, in float64 (f32, f16 and bf16 values are exact there), by peeling the quotient off
+STEP bits at a time from the top. At step k, with y_k = |y| * 2^(STEP k):
+
+- q = floor(r / y_k) is never below the true quotient (the division is correctly rounded and monotonic,
+  and every integer below 2^53 is a double) and at most one above it, and below 2^(STEP + 3);
+- y_k = hi + lo, Veltkamp's split, so that q*hi and q*lo are exact products;
+- r - q*hi is exact (Sterbenz: q*hi is within a factor two of r), and (r - q*hi) - q*lo is the exact
+  r - q*y_k, which lies in (-y_k, y_k) and fits in 53 bits; a negative one gets y_k added, exactly.
+
+Where every quotient is small (periodic boundaries, angles), one step does, and an If takes that branch: one
+elementwise pass. The other branch takes any quotient: each element's top step comes from logs, kept at or
+below log2(|x| / |y|) so that y_k never exceeds |x|, and an ONNX Loop runs the largest number of steps.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import onnx_ir as ir
+
+from hlo2onnx.builder import Builder
+from hlo2onnx.ops.linalg_kit import loop
+from hlo2onnx.types import TensorType, set_type
+
+F64, I64 = np.dtype(np.float64), np.dtype(np.int64)
+STEP = 22  # bits per step: q < 2^25, and 26-bit hi and lo halves keep q*hi and q*lo within 53 bits
+_TOP = 1023 // STEP  # the largest k whose 2^(STEP k) is a double: a step's scale is a product of three
+_SCALES = np.ldexp(1.0, STEP * np.arange(_TOP + 1))
+# r and y_k are kept between 2^-800 and 2^900 by a shared power-of-two scale, so that Veltkamp's split
+# neither overflows nor makes subnormal halves (IREE flushes those to zero); `units` counts the scalings.
+_LOW, _HIGH, _UNIT = 2.0 ** -800, 2.0 ** 900, 2.0 ** 200
+
+
+def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
+    """fmod(x, y) of two float tensors of `ttype` (same shape), bit for bit as XLA computes it."""
+    f = partial(b.const, dtype=F64)
+    xd, yd = b.cast(x, F64), b.cast(y, F64)
+    ax, ay = b.op("Abs", xd), b.op("Abs", yd)
+    # fmod is x itself where |x| < |y| (±0, finite x % ±inf) and NaN where x is inf or NaN, or y is 0 or NaN.
+    # XLA's CPU code reads subnormal operands as zero (f16 and bf16 are computed in f32, where theirs are
+    # normal): a subnormal y gives NaN too (measured: fmod(1e-27, 2.5e-40) is NaN under jax.jit).
+    tiny = np.finfo(np.float64 if np.dtype(ttype.dtype).itemsize == 8 else np.float32).tiny
+    nan_result = _any(b, b.op("GreaterOrEqual", ax, f(np.inf)), b.op("Less", ay, f(tiny)),
+                      b.op("Not", b.op("Equal", xd, xd)), b.op("Not", b.op("Equal", yd, yd)))
+    irregular = b.op("Or", nan_result, b.op("Less", ax, ay))
+    one = f(1.0)
+    ax_s, ay_s = b.op("Where", irregular, one, ax), b.op("Where", irregular, one, ay)
+    narrow = np.dtype(ttype.dtype).itemsize <= 4
+    flat = b.op("Concat", b.op("Reshape", b.op("Div", ax_s, ay_s), b.shape_const([-1])), b.const(np.ones(1)), axis=0)
+    limit = 2.0 ** (_NARROW_STEP if narrow else STEP)
+    one_step = b.op("Less", b.op("ReduceMax", flat, keepdims=0), f(limit))
+    f64 = TensorType(ttype.shape, F64)
+    branches = {}
+    for name, path in zip(("then_branch", "else_branch"), (_narrow_step if narrow else _one_step, _steps)):
+        sb = b.subgraph(f"fmod_{name[:4]}")
+        branches[name] = sb.finish_subgraph([], [path(sb, ax_s, ay_s, f64)], [f64])
+    remainder = b.ops("If", one_step, num_outputs=1, **branches)[0]
+    set_type(remainder, f64)
+    magnitude = b.op("Where", irregular, b.op("Where", nan_result, f(np.nan), ax), remainder)
+    # The sign of x, -0 included (1/-0 is -inf; 1/x of a huge negative x may flush to -0, hence both tests),
+    # applied by a product: a Where would turn a -0 it selects into +0 on ORT (ops/elementwise.py).
+    negative = b.op("Or", b.op("Less", xd, f(0.0)), b.op("Less", b.op("Div", one, xd), f(0.0)))
+    result = b.op("Mul", magnitude, b.op("Where", negative, f(-1.0), one))
+    return b.cast(result, ttype.dtype)
+
+
+# f32, f16 and bf16 values have 24 significant bits at most, so in float64 q*y is exact for q < 2^29 with no
+# split: one step of 28 bits needs no Veltkamp.
+_NARROW_STEP = 28
+
+
+def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f64: TensorType | None = None) -> ir.Value:
+    """r - q*y_k for q = floor(r / y_k) < 2^29, exactly, in [0, y_k), for y_k with 24 significant bits."""
+    rest = b.op("Sub", r, b.op("Mul", b.op("Floor", b.op("Div", r, y_k)), y_k))
+    return b.op("Add", rest, b.op("Where", b.op("Less", rest, b.const(0.0, F64)), y_k, b.const(0.0, F64)))
+
+
+def _reduce(b: Builder, r: ir.Value, y_k: ir.Value) -> ir.Value:
+    """One step: r - q*y_k for q = floor(r / y_k) < 2^(STEP + 3), exactly, in [0, y_k). y_k must lie in
+    [2^-800, 2^900] (Veltkamp's split: hi holds y_k's top 26 bits, lo the rest, neither overflowing nor
+    subnormal)."""
+    c = partial(b.const, dtype=F64)
+    split = b.op("Mul", y_k, c(2.0 ** 27 + 1))
+    hi = b.op("Sub", split, b.op("Sub", split, y_k))
+    lo = b.op("Sub", y_k, hi)
+    q = b.op("Floor", b.op("Div", r, y_k))
+    rest = b.op("Sub", b.op("Sub", r, b.op("Mul", q, hi)), b.op("Mul", q, lo))
+    return b.op("Add", rest, b.op("Where", b.op("Less", rest, c(0.0)), y_k, c(0.0)))
+
+
+def _one_step(b: Builder, ax: ir.Value, ay: ir.Value, f64: TensorType) -> ir.Value:
+    """fmod(|x|, |y|) where |x| < 2^STEP |y|, with both scaled (exactly) into the split's range first."""
+    c = partial(b.const, dtype=F64)
+    scale = b.op("Where", b.op("Greater", ay, c(_HIGH)), c(1 / _UNIT),
+                 b.op("Where", b.op("Less", ay, c(_LOW)), c(_UNIT), c(1.0)))
+    return b.op("Div", _reduce(b, b.op("Mul", ax, scale), b.op("Mul", ay, scale)), scale)
+
+
+def _steps(b: Builder, ax_s: ir.Value, ay_s: ir.Value, f64: TensorType) -> ir.Value:
+    """fmod(|x|, |y|) for any quotient: a Loop of steps from each element's top step down."""
+    f = partial(b.const, dtype=F64)
+    one = f(1.0)
+    # Each element's top step, from floor(log2(|x| / |y|)) rounded down by at least one (the logs' error
+    # is far below the margin), and the loop's trip count: the largest top step, plus one.
+    log_ratio = b.op("Mul", b.op("Sub", b.op("Log", ax_s), b.op("Log", ay_s)), f(1 / np.log(2.0)))
+    bits = b.op("Max", b.op("Floor", b.op("Sub", log_ratio, f(1.01))), f(0.0))
+    top = b.cast(b.op("Floor", b.op("Div", bits, f(float(STEP)))), I64)
+    flat_top = b.op("Concat", b.op("Reshape", top, b.shape_const([-1])), b.const(np.zeros(1, I64)), axis=0)
+    trip = b.op("Add", b.op("ReduceMax", flat_top, keepdims=0), b.const(np.int64(1)))
+    y_top = _scaled(b, ay_s, _power_of_two_steps(b, top))  # at most |x| / 2
+    high = b.op("Greater", y_top, f(_HIGH))
+    down = b.op("Where", high, f(1 / _UNIT), one)  # exact: r = |x| and y_top both stay above 2^700
+    units = b.op("Neg", b.op("Cast", high, to=ir.DataType.DOUBLE))
+    carried = [b.op("Mul", ax_s, down), b.op("Mul", y_top, down), units]
+
+    def step(sb: Builder, i: ir.Value, values: list[ir.Value]):
+        r, y_k, scalings = values
+        c = partial(sb.const, dtype=F64)
+        k = sb.op("Sub", sb.op("Sub", trip, sb.const(np.int64(1))), i)
+        active = sb.op("LessOrEqual", k, top)  # this element's steps run from its top step down
+        low = sb.op("And", active, sb.op("Less", y_k, c(_LOW)))
+        up = sb.op("Where", low, c(_UNIT), c(1.0))
+        r, y_k = sb.op("Mul", r, up), sb.op("Mul", y_k, up)  # exact: scaling up never rounds
+        scalings = sb.op("Add", scalings, sb.op("Cast", low, to=ir.DataType.DOUBLE))
+        shift = sb.op("Where", active, c(2.0 ** -STEP), c(1.0))
+        return [sb.op("Where", active, _reduce(sb, r, y_k), r), sb.op("Mul", y_k, shift), scalings], []
+
+    remainder, _, scalings = loop(b, "fmod", trip, carried, [f64] * 3, step)
+    # Undo the scalings (at most one down, then two up): each product exact until the last, which rounds
+    # only where the result is subnormal.
+    remainder = b.op("Mul", remainder, b.op("Where", b.op("Less", scalings, f(0.0)), f(_UNIT), one))
+    for count in (1.0, 2.0):
+        undo = b.op("Where", b.op("GreaterOrEqual", scalings, f(count)), f(1 / _UNIT), one)
+        remainder = b.op("Mul", remainder, undo)
+    return remainder
+
+
+def _any(b: Builder, *conditions: ir.Value) -> ir.Value:
+    result = conditions[0]
+    for c in conditions[1:]:
+        result = b.op("Or", result, c)
+    return result
+
+
+def _power_of_two_steps(b: Builder, top: ir.Value) -> list[ir.Value]:
+    """2^(STEP top) as three factors, each a table entry and a double (top is at most 2098 / STEP)."""
+    table = b.const(_SCALES)
+    cap = b.const(np.int64(_TOP))
+    first = b.op("Min", top, cap)
+    second = b.op("Min", b.op("Sub", top, first), cap)
+    third = b.op("Sub", b.op("Sub", top, first), second)
+    return [b.op("Gather", table, part) for part in (first, second, third)]
+
+
+def _scaled(b: Builder, value: ir.Value, factors: list[ir.Value]) -> ir.Value:
+    """value * 2^(STEP top), one factor at a time: each product is exact and grows towards |x|, never past."""
+    for factor in factors:
+        value = b.op("Mul", value, factor)
+    return value

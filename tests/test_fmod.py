@@ -1,0 +1,136 @@
+"""Float remainder computed from arithmetic (hlo2onnx/ops/fmod.py), for targets whose Mod kernel is wrong, and
+the constant exponents of `power` simplified as XLA simplifies them: both bit for bit against jax.jit.
+
+The remainder is checked on ORT through a target that refuses Mod (every bit, subnormals and -0 included) and
+on iree-cpu, where it replaces IREE's Mod (every bit but subnormals, which IREE flushes to zero: a documented
+divergence of that target). The corpora span each format's whole exponent range, so that both the one-step
+branch and the looping one run, and a corpus of small quotients runs the one-step branch alone.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hlo2onnx import targets
+from mnjit import mnjit
+
+_FLOATS = "float16 bfloat16 float32 float64"
+NO_MOD = dataclasses.replace(targets.ORT_CPU, name="ort-cpu-no-mod",
+                             refused={"Mod": frozenset(np.dtype(t) for t in ("float16", "float32", "float64"))
+                                      | {np.dtype(ml_dtypes.bfloat16)}})
+DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+
+
+def _wide(dtype, n: int = 3000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Signed values over the whole exponent range, subnormals included, and every pair of special values."""
+    rng = np.random.default_rng(seed)
+    info = ml_dtypes.finfo(dtype)
+    exponents = rng.uniform(np.log2(float(info.smallest_subnormal)), np.log2(float(info.max)), size=(2, n))
+    values = np.sign(rng.standard_normal((2, n))) * np.exp2(exponents)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 3.0, -4.0, 2.0, 1e-3, -1e4, float(info.max),
+                float(info.tiny), float(info.smallest_subnormal), -float(info.smallest_subnormal)]
+    a, b = np.meshgrid(specials, specials)
+    return (np.concatenate([values[0], a.ravel()]).astype(dtype), np.concatenate([values[1], b.ravel()]).astype(dtype))
+
+
+def _small(dtype, n: int = 3000, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Quotients below 2^20 (a periodic box, an angle): the one-step branch."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-30, 30, n) * np.exp2(rng.integers(-10, 10, n))
+    y = rng.uniform(0.1, 4, n) * np.sign(rng.standard_normal(n))
+    return x.astype(dtype), y.astype(dtype)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
+
+
+def _compare(x, y, target, skip_subnormal: bool) -> None:
+    f = lambda a, b: jax.lax.rem(a, b)  # noqa: E731
+    expected = np.asarray(jax.jit(f)(x, y))
+    actual = np.asarray(mnjit(f, target=target)(x, y))
+    assert actual.dtype == expected.dtype
+    nan = np.isnan(expected.astype(np.float64))
+    same = (_bits(actual) == _bits(expected)) | (nan & np.isnan(actual.astype(np.float64)))
+    if skip_subnormal:
+        tiny = float(ml_dtypes.finfo(x.dtype).tiny)
+        subnormal = lambda v: (v != 0) & (np.abs(v.astype(np.float64)) < tiny)  # noqa: E731
+        same |= subnormal(x) | subnormal(y) | subnormal(expected)
+    bad = np.flatnonzero(~same)
+    assert bad.size == 0, [(x[i], y[i], expected[i], actual[i]) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("corpus", [_wide, _small])
+def test_remainder_is_exact_on_ort(dtype, corpus) -> None:
+    with jax.enable_x64(dtype is np.float64):
+        x, y = corpus(dtype)
+        _compare(x, y, NO_MOD, skip_subnormal=False)
+
+
+def test_remainder_without_mod_node() -> None:
+    """The target's Mod is not used; the looping branch is a Loop inside an If."""
+    x, y = _small(np.float32)
+    model = mnjit(jnp.fmod, target=NO_MOD).lower(x, y).onnx_model
+    ops = Counter(n.op_type for n in model.graph.node)
+    assert ops["Mod"] == 0 and ops["If"] == 1, dict(ops)
+    assert mnjit(jnp.fmod).lower(x, y).onnx_model.graph.node[0].op_type == "Mod"  # ORT's own Mod stays
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("corpus", [_wide, _small])
+def test_remainder_on_iree(dtype, corpus) -> None:
+    pytest.importorskip("iree.runtime")
+    if dtype is ml_dtypes.bfloat16:
+        pytest.skip("iree-cpu computes no bf16 arithmetic (its table)")
+    with jax.enable_x64(dtype is np.float64):
+        x, y = corpus(dtype, n=800)
+        _compare(x, y, "iree-cpu", skip_subnormal=True)
+
+
+def test_jnp_mod_and_grad_on_iree() -> None:
+    """jnp.mod (a periodic box) and its gradient run on IREE whole, and match jax.jit."""
+    pytest.importorskip("iree.runtime")
+    from harness import assert_same
+
+    def energy(r, box):
+        d = jnp.mod(r[:, None, :] - r[None, :, :] + box / 2, box) - box / 2
+        return jnp.sum((1.0 - jnp.sqrt(jnp.sum(d * d, -1) + 1e-3)) ** 2.0)
+
+    r = np.random.default_rng(0).uniform(0, 5, (16, 2)).astype(np.float32)
+    g = mnjit(jax.value_and_grad(energy), target="iree-cpu")
+    assert_same(g(r, np.float32(5.0)), jax.jit(jax.value_and_grad(energy))(r, np.float32(5.0)), (2e-5, 2e-5))
+
+
+# -- power with a constant exponent ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("exponent", [0.0, 1.0, 2.0, -1.0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_power_by_constant_as_xla_simplifies_it(exponent, dtype) -> None:
+    """x ** 0, 1, 2 and -1 need no Pow (XLA's algebraic simplifier writes 1, x, x * x, 1 / x), and match every
+    bit of jax.jit where the result is normal; jax-md's x ** alpha reaches the rule as alpha - 1 converted."""
+    with jax.enable_x64(dtype is np.float64):
+        rng = np.random.default_rng(0)
+        x = (rng.standard_normal(4000) * np.exp2(rng.uniform(-60, 60, 4000))).astype(dtype)
+        x = np.concatenate([x, np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype)])
+        alpha = np.asarray(exponent + 1.0, np.float32)
+        f = lambda a: a ** (jnp.asarray(alpha).astype(dtype) - 1.0)  # noqa: E731
+        model = mnjit(f).lower(x).onnx_model
+        assert "Pow" not in {n.op_type for n in model.graph.node}
+        expected, actual = np.asarray(jax.jit(f)(x)), np.asarray(mnjit(f)(x))
+        # XLA flushes subnormal results to zero, ORT's Mul does not (as for every product): not compared.
+        subnormal = lambda v: (v != 0) & (np.abs(v) < np.finfo(dtype).tiny)  # noqa: E731
+        normal = ~(subnormal(expected) | subnormal(actual))
+        same = (_bits(actual) == _bits(expected)) | (np.isnan(actual) & np.isnan(expected)) | ~normal
+        assert same.all(), (x[~same][:4], actual[~same][:4], expected[~same][:4])
+
+
+def test_power_by_other_constants_and_variables_keeps_pow() -> None:
+    x = np.linspace(0.5, 3, 16, dtype=np.float32)
+    for f in (lambda a: a ** np.float32(3.0), lambda a: a ** np.float32(0.5), lambda a: a ** a):
+        assert "Pow" in {n.op_type for n in mnjit(f).lower(x).onnx_model.graph.node}
