@@ -108,6 +108,29 @@ def test_while_loop_is_refused_by_source_line() -> None:
     assert "Loop (no kernel for Loop:while) from stablehlo.while" in message and "test_iree.py:" in message
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_runs_on_iree_with_carried_buffers(reverse) -> None:
+    """lax.scan's stacked outputs stay the buffers jax writes a row per step (IREE takes no Loop scan outputs),
+    so the scan compiles: one Loop with a trip count, matching jax.jit."""
+    def fun(x):
+        carry, ys = jax.lax.scan(lambda c, row: (c * 0.5 + row, (c * row, row[:2])), jnp.ones(3), x,
+                                 reverse=reverse)
+        return carry, ys
+
+    x = rand((6, 3))
+    g = mnjit(fun, target=TARGET)
+    assert_same(g(x), jax.jit(fun)(x), (1e-6, 1e-6))
+    loops = [n for n in g.lower(x).model.graph if n.op_type == "Loop"]
+    assert len(loops) == 1 and len(loops[0].outputs) == len(loops[0].inputs) - 2  # carried values only
+
+
+def test_scan_of_scalar_rows_is_refused() -> None:
+    """Scalar rows written into a carried buffer fail inside iree-compile: such a scan stays refused by name
+    (fallback=True runs it on ort-cpu, test below)."""
+    with pytest.raises(hlo2onnx.targets.TargetError, match="Loop:scan"):
+        mnjit(lambda x: jax.lax.scan(lambda c, row: (c, row.sum()), 0.0, x)[1], target=TARGET).lower(rand((6, 3)))
+
+
 def test_while_and_scan_fall_back_to_ort_cpu() -> None:
     """fallback=True: the refused loops run on ort-cpu, the code around them on IREE, in one plan."""
     def fun(x):

@@ -42,6 +42,12 @@ def while_(ctx: RuleContext, *inits):
     tr, b = ctx.translator, ctx.b
     cond, body = (r.blocks[0] for r in ctx.hlo_op.regions)
     plan = plan_loop(ctx.hlo_op, tr)
+    if plan.scans and not b.target.supports("Loop:scan", np.dtype(np.int64)) \
+            and all(len(ctx.out_types[k].shape) > 1 for k in plan.scans):
+        # The target takes no scan outputs (IREE): lax.scan's buffers stay carried values, written a row per
+        # iteration as jax wrote them, and the Loop keeps its trip count. Not for scalar rows, whose writes
+        # iree-compile 3.13 fails to legalize inside a Loop (measured): that loop stays refused.
+        plan.scans = {}
     if plan.trip is not None and plan.trip <= 1:
         # As XLA's while-loop simplifier does: no loop for zero or one iteration (an ORT Loop costs a
         # subgraph run and copies of the carried values even for one step).
