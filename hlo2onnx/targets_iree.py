@@ -8,7 +8,9 @@ on the target (tests/test_iree.py):
 - Casts to int16, uint16, uint32 and uint64 are not legalized (torch-mlir's ONNX conversion has no such
   torch dtypes), so those dtypes are refused wherever they appear; int16 and unsigned arithmetic inside a
   graph is widened to int32/int64 by the rules (targets.WIDER), as for ORT's missing kernels.
-- `Loop` with scan outputs (lax.scan's stacked ys, a fori_loop writing every row) is not legalized. A Loop
+- `Loop` with scan outputs (lax.scan's stacked ys, a fori_loop writing every row) is not legalized; the
+  while rule keeps such buffers as carried values instead (ops/control_flow.py), which compile when the rows
+  are not scalars. A Loop
   ended by a condition (a while loop) is not either without a trip count, and with 2**63 - 1 as its trip
   count it ran away (memory grew past 12 GB). Loops with a trip count and no condition (fori_loop) compile,
   once mnjit/iree_rewrite.py gives them a constant true condition. fallback=True runs the refused loops on
