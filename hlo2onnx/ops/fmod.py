@@ -36,26 +36,7 @@ _LOW, _HIGH, _UNIT = 2.0 ** -800, 2.0 ** 900, 2.0 ** 200
 
 
 def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
-    """fmod(x, y) of two float tensors of `ttype` (same shape), bit for bit as XLA computes it.
-
-    The one-step result is computed outside the If, so that it fuses with what computes x and y; the If
-    only hands it on, or computes the looping path."""
-    narrow = np.dtype(ttype.dtype).itemsize <= 4
-    fast, quotient = _fmod(b, x, y, ttype, _narrow_step if narrow else _one_step)
-    flat = b.op("Concat", b.op("Reshape", quotient, b.shape_const([-1])), b.const(np.ones(1)), axis=0)
-    limit = 2.0 ** (_NARROW_STEP if narrow else STEP)
-    one_step = b.op("Less", b.op("ReduceMax", flat, keepdims=0), b.const(limit, F64))
-    then_b, else_b = b.subgraph("fmod_then"), b.subgraph("fmod_else")
-    branches = {"then_branch": then_b.finish_subgraph([], [fast], [ttype]),
-                "else_branch": else_b.finish_subgraph([], [_fmod(else_b, x, y, ttype, _steps)[0]], [ttype])}
-    result = b.ops("If", one_step, num_outputs=1, **branches)[0]
-    set_type(result, ttype)
-    return result
-
-
-def _fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType, remainder_of) -> tuple[ir.Value, ir.Value]:
-    """fmod(x, y) with |x| mod |y| from `remainder_of(b, |x|, |y|, type)` where both are regular, and the
-    quotients |x| / |y| (1 elsewhere)."""
+    """fmod(x, y) of two float tensors of `ttype` (same shape), bit for bit as XLA computes it."""
     f = partial(b.const, dtype=F64)
     xd, yd = b.cast(x, F64), b.cast(y, F64)
     ax, ay = b.op("Abs", xd), b.op("Abs", yd)
@@ -65,17 +46,26 @@ def _fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType, remainder_of)
     tiny = np.finfo(np.float64 if np.dtype(ttype.dtype).itemsize == 8 else np.float32).tiny
     nan_result = _any(b, b.op("GreaterOrEqual", ax, f(np.inf)), b.op("Less", ay, f(tiny)),
                       b.op("Not", b.op("Equal", xd, xd)), b.op("Not", b.op("Equal", yd, yd)))
-    computed = b.op("Or", nan_result, b.op("GreaterOrEqual", ax, ay))  # else x itself
-    regular = b.op("And", b.op("GreaterOrEqual", ax, ay), b.op("Not", nan_result))
+    irregular = b.op("Or", nan_result, b.op("Less", ax, ay))
     one = f(1.0)
-    ax_s, ay_s = b.op("Where", regular, ax, one), b.op("Where", regular, ay, one)
-    remainder = remainder_of(b, ax_s, ay_s, TensorType(ttype.shape, F64))
-    magnitude = b.op("Where", computed, b.op("Where", nan_result, f(np.nan), remainder), ax)
+    ax_s, ay_s = b.op("Where", irregular, one, ax), b.op("Where", irregular, one, ay)
+    narrow = np.dtype(ttype.dtype).itemsize <= 4
+    flat = b.op("Concat", b.op("Reshape", b.op("Div", ax_s, ay_s), b.shape_const([-1])), b.const(np.ones(1)), axis=0)
+    limit = 2.0 ** (_NARROW_STEP if narrow else STEP)
+    one_step = b.op("Less", b.op("ReduceMax", flat, keepdims=0), f(limit))
+    f64 = TensorType(ttype.shape, F64)
+    branches = {}
+    for name, path in zip(("then_branch", "else_branch"), (_narrow_step if narrow else _one_step, _steps)):
+        sb = b.subgraph(f"fmod_{name[:4]}")
+        branches[name] = sb.finish_subgraph([], [path(sb, ax_s, ay_s, f64)], [f64])
+    remainder = b.ops("If", one_step, num_outputs=1, **branches)[0]
+    set_type(remainder, f64)
+    magnitude = b.op("Where", irregular, b.op("Where", nan_result, f(np.nan), ax), remainder)
     # The sign of x, -0 included (1/-0 is -inf; 1/x of a huge negative x may flush to -0, hence both tests),
     # applied by a product: a Where would turn a -0 it selects into +0 on ORT (ops/elementwise.py).
     negative = b.op("Or", b.op("Less", xd, f(0.0)), b.op("Less", b.op("Div", one, xd), f(0.0)))
     result = b.op("Mul", magnitude, b.op("Where", negative, f(-1.0), one))
-    return b.cast(result, ttype.dtype), b.op("Div", ax_s, ay_s)
+    return b.cast(result, ttype.dtype)
 
 
 # f32, f16 and bf16 values have 24 significant bits at most, so in float64 q*y is exact for q < 2^29 with no
