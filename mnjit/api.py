@@ -316,7 +316,8 @@ class MnjitFunction:
             return self._jitted(*args, **kwargs)
         entry = self._cached(key)
         if entry is None or self._max_cache_size:  # the capped LRU reorders on every hit, under the lock
-            entry = self._lookup_or_compile(key, args, kwargs)
+            # An auto function takes this path while another signature tries IREE: this one keeps its fast call.
+            entry = self._lookup_or_compile(key, args, kwargs, fast=self._fast_ok and self._tiers is not None)
         if entry.tier is not None:
             outputs = self._tiers.run(entry.tier, leaves, functools.partial(self._run_base, entry, args, kwargs))
         else:
@@ -480,9 +481,10 @@ def mnjit(fun: Callable | None = None, *, static_argnums: int | Iterable[int] | 
     """Drop-in for jax.jit that runs the compiled function on ONNX Runtime.
 
     Options beyond jax.jit's: `target` (where the model runs and which ops it may use: a name in
-    `hlo2onnx.TARGETS`), `opset`, `fallback` (run what the target cannot under jax.jit instead of raising
-    UnsupportedOpError: mnjit/fallback.py), and `max_cache_size` (how many signatures to keep, least recently used
-    dropped first; default unlimited, like jax.jit).
+    `hlo2onnx.TARGETS`; or "auto": ort-cpu at once, and iree-cpu once it is built in the background, where it
+    agrees and is faster: mnjit/tiering.py, tuned by `tier_policy`), `opset`, `fallback` (run what the target
+    cannot under jax.jit instead of raising UnsupportedOpError: mnjit/fallback.py), and `max_cache_size` (how many
+    signatures to keep, least recently used dropped first; default unlimited, like jax.jit).
     """
     if fun is None:
         return functools.partial(mnjit, static_argnums=static_argnums, static_argnames=static_argnames, **options)

@@ -326,18 +326,26 @@ class Tiering:
                 claimed = sig.phase is Phase.READY
                 if claimed:
                     sig.phase = Phase.CHECKING
-            outputs = run_base(leaves)
+            try:
+                outputs = run_base(leaves)
+            except BaseException:
+                if claimed:
+                    self._unclaim(sig)  # a later call compares instead
+                raise
             if claimed:
                 # numpy inputs may be changed in place after the call returns: the worker gets copies.
                 held = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
                 if not self._submit(sig, self._check, held, list(outputs)):
-                    with self._lock:
-                        if sig.phase is Phase.CHECKING:
-                            sig.phase = Phase.READY  # the queue was full: a later call tries again
+                    self._unclaim(sig)  # the queue was full: a later call tries again
             return outputs
         if phase is Phase.TIMING:
             return self._trial(sig, leaves, run_base)
         return run_base(leaves)
+
+    def _unclaim(self, sig: SignatureTier) -> None:
+        with self._lock:
+            if sig.phase is Phase.CHECKING:
+                sig.phase = Phase.READY
 
     def _trial(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
         """A timing call. The tiers take turns in blocks of two calls, and only the second of each block is
