@@ -68,7 +68,7 @@ class TierPolicy:
     build: Callable[[Any], CompiledTier] | None = None
     trials: int = 3  # timed calls per tier at least; more for short calls, up to max_trials or trial_budget_s
     max_trials: int = 25
-    trial_budget_s: float = 0.1  # timed seconds per tier after which no more trials are made
+    trial_budget_s: float = 0.1  # timed seconds, both tiers together, after which no more trials are made
     slow_call_s: float = 1.0  # once a call takes longer: one timed call per tier
     min_speedup: float = 1.1
 
@@ -399,13 +399,14 @@ class Tiering:
 
     def _timed_enough(self, sig: SignatureTier) -> bool:
         """Whether both tiers have enough timed calls: `trials` each, or one each for slow calls; short calls
-        go on (noise is larger there, and trials cheap) until `trial_budget_s` or `max_trials` per tier."""
+        go on (noise is larger there, and trials cheap) until `trial_budget_s` of timed calls in all, or
+        `max_trials` per tier."""
         counts = [len(sig.samples[t]) for t in ("compiled", BASE)]
         if sig.slow:
             return min(counts) >= 1
         if min(counts) < self.policy.trials:
             return False
-        spent = min(sum(sig.samples[t]) for t in ("compiled", BASE))
+        spent = sum(sig.samples["compiled"]) + sum(sig.samples[BASE])
         return spent >= self.policy.trial_budget_s or min(counts) >= self.policy.max_trials
 
     # -- reporting -------------------------------------------------------------------------------------------

@@ -30,11 +30,12 @@ def _mlp(x, w):
 
 
 class _Fake:
-    """A compiled-tier builder: jax.jit of the signature's jaxpr, `delta` added to its float outputs, built
-    only once `gate` opens; it counts the calls its tiers serve."""
+    """A compiled-tier builder: jax.jit of the signature's jaxpr, `delta` added to its float outputs, `delay`
+    seconds per call, built only once `gate` opens (or failing with `fail`); it counts the calls its tiers serve."""
 
-    def __init__(self, delta: float = 0.0, gate: threading.Event | None = None, fail: str | None = None):
-        self.delta, self.gate, self.fail = delta, gate, fail
+    def __init__(self, delta: float = 0.0, gate: threading.Event | None = None, fail: str | None = None,
+                 delay: float = 0.0):
+        self.delta, self.gate, self.fail, self.delay = delta, gate, fail, delay
         self.runs = 0
         self.built = 0
 
@@ -50,6 +51,7 @@ class _Fake:
         class Runner:
             def run(self, leaves):
                 fake.runs += 1
+                time.sleep(fake.delay)
                 return [out + fake.delta if jnp.issubdtype(out.dtype, jnp.floating) else out
                         for out in run(*leaves)]
 
@@ -114,6 +116,20 @@ def test_disagreeing_tier_is_dropped(caplog):
         assert_same(f(x, w), expected, TOL)
     assert fake.runs == runs == 1  # only the comparison ran it
     assert "disagreed" in f.lower(x, w).report().splitlines()[0]
+
+
+def test_slower_tier_is_not_kept():
+    fake = _Fake(delay=0.02)
+    f = _auto(_mlp, fake)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "ort-cpu" and "slower" in status.reason, status
+    # The comparison, then blocks of two calls, one timed: 3 timed calls of 20 ms are 0.06 s, under the 0.1 s
+    # trial budget, which the fifth reaches.
+    assert fake.runs <= 1 + 2 * 5, fake.runs
+    runs = fake.runs
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+    assert fake.runs == runs
 
 
 def test_failing_build_stays_on_ort_cpu():
