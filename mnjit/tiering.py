@@ -388,7 +388,7 @@ class Tiering:
             times = (f"{mine * 1e3:.3g} ms against {base * 1e3:.3g} ms on ort-cpu, medians of "
                      f"{len(samples['compiled'])} and {len(samples[BASE])} calls")
             margin = f"min_speedup={self.policy.min_speedup:g}"
-            if base / mine > self.policy.min_speedup:
+            if base / max(mine, 1e-9) > self.policy.min_speedup:
                 verdict = "faster" if mine < base else f"slower, kept by {margin}"
                 self._settle(sig, Phase.COMPILED, f"{verdict} ({times})")
             else:
@@ -421,7 +421,7 @@ class Tiering:
             name = compiled.name if compiled is not None else self._name
             detail = f" ({compiled.detail})" if compiled is not None and compiled.detail else ""
             if phase is Phase.COMPILED:
-                return TierStatus(name, True, reason + detail)
+                return TierStatus(name, True, f"{reason}; {compiled.detail}" if compiled.detail else reason)
             if phase is Phase.BASE:
                 return TierStatus(BASE, True, reason)
             pending = {Phase.COMPILING: f"pending: {name} compiling in the background",
