@@ -129,18 +129,26 @@ def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int) -
         fns["jax.jit"] = jax.jit(fn)
         timed = [t for t in ("ort-cpu", "auto") if t in targets]
         firsts = _first_calls(fn, fns, args, timed if row % 2 == 0 else timed[::-1]) if timed else {}
-        for t, f in fns.items():  # first calls: trace, convert or compile, and warm up
-            if t not in firsts:
+        failed = {}
+        for t, f in list(fns.items()):  # first calls: trace, convert or compile, and warm up
+            try:
+                if t not in firsts:
+                    jax.block_until_ready(f(*args))
                 jax.block_until_ready(f(*args))
-            jax.block_until_ready(f(*args))
+            except Exception as e:  # a target that fails this workload is reported, the others still timed
+                failed[t] = " ".join(str(e).split())[:160]
+                del fns[t]
         start = time.perf_counter()
         tier = tiering.settle(fns["auto"], *args) if "auto" in fns else None
         settling = time.perf_counter() - start
         times = steady(fns, args, rounds, calls)
-    ratios = {t: times[t] / times["jax.jit"] for t in targets}
-    columns = "  ".join(f"{t} {times[t] * 1e3:9.3f} ms {ratios[t]:5.2f}" for t in targets)
+    ratios = {t: times[t] / times["jax.jit"] for t in targets if t in times}
+    columns = "  ".join(f"{t} {times[t] * 1e3:9.3f} ms {ratios[t]:5.2f}" if t in times else f"{t} {'failed':>17s}"
+                        for t in targets)
     print(f"{label:36s} {columns}  jax.jit {times['jax.jit'] * 1e3:9.3f} ms  load {os.getloadavg()[0]:4.1f}",
           flush=True)
+    for t, reason in failed.items():
+        print(f"{'':36s} {t} failed: {reason}")
     if firsts:
         print(f"{'':36s} first call: " + "  ".join(f"{t} {s:6.2f} s" for t, s in firsts.items() if t in fns))
     if tier is not None:
@@ -166,9 +174,13 @@ def main(argv=None) -> None:
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()}; "
           f"median of {rounds} interleaved rounds; ratio = mnjit / jax.jit (< 1: mnjit faster)", flush=True)
     ratios = {name: measure(name, rounds, args.quick, targets, row) for row, name in enumerate(names)}
-    geomeans = "  ".join(f"{t} {math.exp(sum(math.log(r[t]) for r in ratios.values()) / len(ratios)):5.2f}"
-                         for t in targets)
-    print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} {geomeans}  load {os.getloadavg()}")
+    def geomean(t: str) -> str:
+        logs = [math.log(r[t]) for r in ratios.values() if t in r]
+        missing = f" (over {len(logs)})" if len(logs) < len(ratios) else ""
+        return f"{t} {math.exp(sum(logs) / len(logs)):5.2f}{missing}" if logs else f"{t} -"
+
+    print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} {'  '.join(map(geomean, targets))}  "
+          f"load {os.getloadavg()}")
 
 
 if __name__ == "__main__":
