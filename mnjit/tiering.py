@@ -280,19 +280,19 @@ class Tiering:
         compiled = sig.compiled
         if compiled is None:
             return
-        problem = None
         try:
             actual = jax.block_until_ready(compiled.runner.run(leaves))
             problem = _disagreement(actual, expected)
+            problem = problem and f"{compiled.name} disagreed with ort-cpu on a call: {problem}"
         except Exception as e:
-            problem = f"it failed: {type(e).__name__}: {e}"
+            problem = _failed(compiled.name, e)
         with self._lock:
             if sig.phase is not Phase.CHECKING:
                 return
             if problem is None:
                 sig.phase = Phase.TIMING
                 return
-        self._drop(sig, f"{compiled.name} disagreed with ort-cpu on a call: {problem}", logging.WARNING)
+        self._drop(sig, problem, logging.WARNING)
 
     def _drop(self, sig: SignatureTier, reason: str, level: int = logging.INFO) -> None:
         with self._lock:
@@ -319,7 +319,7 @@ class Tiering:
             try:
                 return compiled.runner.run(leaves)
             except Exception as e:  # e.g. a runtime error: the call is answered by ort-cpu instead
-                self._drop(sig, f"{compiled.name} failed on a call: {type(e).__name__}: {e}", logging.WARNING)
+                self._drop(sig, _failed(compiled.name, e), logging.WARNING)
                 return run_base(leaves)
         if phase is Phase.READY:
             with self._lock:
@@ -365,7 +365,7 @@ class Tiering:
             try:
                 outputs = jax.block_until_ready(compiled.runner.run(leaves))
             except Exception as e:
-                self._drop(sig, f"{compiled.name} failed on a call: {type(e).__name__}: {e}", logging.WARNING)
+                self._drop(sig, _failed(compiled.name, e), logging.WARNING)
                 return run_base(leaves)
         else:
             outputs = jax.block_until_ready(run_base(leaves))
@@ -385,7 +385,7 @@ class Tiering:
                 return
             mine, base = statistics.median(samples["compiled"]), statistics.median(samples[BASE])
             name = sig.compiled.name
-            times = (f"{mine * 1e3:.3g} ms against {base * 1e3:.3g} ms on ort-cpu, medians of "
+            times = (f"{_duration(mine)} against {_duration(base)} on ort-cpu, medians of "
                      f"{len(samples['compiled'])} and {len(samples[BASE])} calls")
             margin = f"min_speedup={self.policy.min_speedup:g}"
             if base / max(mine, 1e-9) > self.policy.min_speedup:
@@ -430,6 +430,14 @@ class Tiering:
                        Phase.TIMING: f"timing {name}{detail} against ort-cpu ({len(samples['compiled'])} and "
                                      f"{len(samples[BASE])} calls so far)"}[phase]
             return TierStatus(BASE, False, pending)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
+def _failed(name: str, error: Exception) -> str:
+    return f"{name} failed on a call: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
 def _disagreement(actual: Sequence, expected: Sequence) -> str | None:
