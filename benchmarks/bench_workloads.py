@@ -11,14 +11,15 @@ then the geomean of the ratios. Arguments are jax arrays (jax.device_put): jax.j
 numpy argument on every call, which would tax jax.jit, not mnjit.
 
 One column per target (--targets, default ort-cpu, and auto and iree-cpu where IREE is installed). Targets
-other than ort-cpu and auto run with fallback=True: what they refuse (IREE: while loops, scans, float Mod and
-Pow...) runs on ort-cpu through the partitioner. The auto column (mnjit/tiering.py) is timed once its tier is
+other than ort-cpu and auto run with fallback=True: what they refuse (IREE: while loops without a trip count,
+float Pow and trigonometry...) runs on ort-cpu through the partitioner; a target that fails a workload is
+reported on its row and left out of its geomean. The auto column (mnjit/tiering.py) is timed once its tier is
 decided (`tiering.settle`: the background compile, the comparison, the timing calls); the row says which tier
-it ended on and how long deciding took after the first calls. Columns run in the order given within each
-round, and ORT runs 3-15% slower right after iree-cpu's calls than after jax.jit's (measured on the MLP and
-CNN, two ort-cpu columns around an iree-cpu one), so auto comes before iree-cpu. First calls (trace, translate, first run) of ort-cpu and auto are timed too, each on a fresh
-wrapper of the function (jax caches traces per function), after a warm-up call of a third wrapper, in
-alternating order from row to row.
+it ended on and how long deciding took. Columns run in the order given within each round, and ORT runs 3-15%
+slower right after iree-cpu's calls than after jax.jit's (measured on the MLP and CNN, two ort-cpu columns
+around an iree-cpu one), so auto comes before iree-cpu. First calls (trace, translate, first run) of ort-cpu
+and auto are timed too, each on a fresh wrapper of the function (jax caches traces per function), after a
+warm-up call of a third wrapper, in alternating order from row to row.
 
     python benchmarks/bench_workloads.py [--quick] [--only fire_f64,mlp] [--rounds 7] [--targets ort-cpu,iree-cpu]
 
@@ -157,6 +158,12 @@ def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int) -
     return ratios
 
 
+def _geomean(ratios: dict[str, dict[str, float]], target: str) -> str:
+    logs = [math.log(row[target]) for row in ratios.values() if target in row]
+    missing = f" (over {len(logs)})" if len(logs) < len(ratios) else ""
+    return f"{target} {math.exp(sum(logs) / len(logs)):5.2f}{missing}" if logs else f"{target} -"
+
+
 def _default_targets() -> str:
     return "ort-cpu,auto,iree-cpu" if importlib.util.find_spec("iree") is not None else "ort-cpu"
 
@@ -174,13 +181,8 @@ def main(argv=None) -> None:
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()}; "
           f"median of {rounds} interleaved rounds; ratio = mnjit / jax.jit (< 1: mnjit faster)", flush=True)
     ratios = {name: measure(name, rounds, args.quick, targets, row) for row, name in enumerate(names)}
-    def geomean(t: str) -> str:
-        logs = [math.log(r[t]) for r in ratios.values() if t in r]
-        missing = f" (over {len(logs)})" if len(logs) < len(ratios) else ""
-        return f"{t} {math.exp(sum(logs) / len(logs)):5.2f}{missing}" if logs else f"{t} -"
-
-    print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} {'  '.join(map(geomean, targets))}  "
-          f"load {os.getloadavg()}")
+    geomeans = "  ".join(_geomean(ratios, t) for t in targets)
+    print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} {geomeans}  load {os.getloadavg()}")
 
 
 if __name__ == "__main__":

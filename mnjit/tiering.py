@@ -68,7 +68,7 @@ class TierPolicy:
     build: Callable[[Any], CompiledTier] | None = None
     trials: int = 3  # timed calls per tier at least; more for short calls, up to max_trials or trial_budget_s
     max_trials: int = 25
-    trial_budget_s: float = 0.1  # timed seconds, both tiers together, after which no more trials are made
+    trial_budget_s: float = 0.5  # timed seconds, both tiers together, after which no more trials are made
     slow_call_s: float = 1.0  # once a call takes longer: one timed call per tier
     min_speedup: float = 1.1
 

@@ -121,7 +121,7 @@ def test_disagreeing_tier_is_dropped(caplog):
 
 def test_slower_tier_is_not_kept():
     fake = _Fake(delay=0.02)
-    f = _auto(_mlp, fake)
+    f = _auto(_mlp, fake, trial_budget_s=0.1)
     x, w = rand((16, 8)), rand((8, 8), seed=1)
     status = tiering.settle(f, x, w)
     assert status.decided and status.serving == "ort-cpu" and "slower" in status.reason, status
