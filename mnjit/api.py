@@ -390,7 +390,10 @@ class MnjitFunction:
             return self._lower_symbolic(args, kwargs)
         lowered = self._lower(args, kwargs)
         if self._tiers is not None:  # the report says which tier serves the signature when it is printed
-            lowered.tier = functools.partial(self._tier_of, self._key(args, kwargs)[0])
+            try:
+                lowered.tier = functools.partial(self._tier_of, self._key(args, kwargs)[0])
+            except _TracerSeen:  # lowered under a trace: no signature of this function's cache
+                pass
         return lowered
 
     def _lower(self, args: tuple, kwargs: dict) -> MnjitLowered | partitioned.PartitionedLowered:
