@@ -10,9 +10,16 @@ Workloads (steady state, the median of interleaved rounds, mnjit and jax.jit alt
 then the geomean of the ratios. Arguments are jax arrays (jax.device_put): jax.jit copies a
 numpy argument on every call, which would tax jax.jit, not mnjit.
 
-One column per target (--targets, default ort-cpu and iree-cpu where IREE is installed). Targets other than
-ort-cpu run with fallback=True: what they refuse (IREE: while loops, scans, float Mod and Pow...) runs on
-ort-cpu through the partitioner.
+One column per target (--targets, default ort-cpu, and auto and iree-cpu where IREE is installed). Targets
+other than ort-cpu and auto run with fallback=True: what they refuse (IREE: while loops without a trip count,
+float Pow and trigonometry...) runs on ort-cpu through the partitioner; a target that fails a workload is
+reported on its row and left out of its geomean. The auto column (mnjit/tiering.py) is timed once its tier is
+decided (`tiering.settle`: the background compile, the comparison, the timing calls); the row says which tier
+it ended on and how long deciding took. Columns run in the order given within each round, and ORT runs 3-15%
+slower right after iree-cpu's calls than after jax.jit's (measured on the MLP and CNN, two ort-cpu columns
+around an iree-cpu one), so auto comes before iree-cpu. First calls (trace, translate, first run) of ort-cpu
+and auto are timed too, each on a fresh wrapper of the function (jax caches traces per function), after a
+warm-up call of a third wrapper, in alternating order from row to row.
 
     python benchmarks/bench_workloads.py [--quick] [--only fire_f64,mlp] [--rounds 7] [--targets ort-cpu,iree-cpu]
 
@@ -25,6 +32,7 @@ import importlib.util
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -36,9 +44,9 @@ sys.path.insert(0, str(HERE.parent / "samples"))
 sys.path.insert(0, str(HERE))
 import bench_models  # noqa: E402
 import bench_samples  # noqa: E402
-from bench_mnist import steady  # noqa: E402  one timing method for every benchmark
+from bench_mnist import first_call, steady  # noqa: E402  one timing method for every benchmark
 
-from mnjit import mnjit  # noqa: E402
+from mnjit import mnjit, tiering  # noqa: E402
 
 
 def _on_device(args):
@@ -94,26 +102,70 @@ WORKLOADS = {
 }
 
 
-def measure(name: str, rounds: int, quick: bool, targets: list[str]) -> dict[str, float]:
+def _fresh(fn):
+    return lambda *args: fn(*args)
+
+
+def _first_calls(fn, fns: dict, args, order: list[str]) -> dict[str, float]:
+    """Seconds of each first call, in `order`, after a first call of another wrapper of `fn` has traced
+    the jitted functions it calls (jax-md's, for one): the process is warm for each. auto's background
+    build runs out before the next one starts, so that it does not slow another column's first call."""
+    jax.block_until_ready(mnjit(_fresh(fn))(*args))
+    seconds = {}
+    for t in order:
+        seconds[t] = first_call(fns[t], *args)
+        if t == "auto":
+            start = time.perf_counter()
+            fns[t].wait_for_tiering()
+            seconds["auto build"] = time.perf_counter() - start
+    return seconds
+
+
+def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int) -> dict[str, float]:
     """mnjit on each target / jax.jit, timed in the same interleaved rounds."""
     label, x64, make = WORKLOADS[name]
     with jax.enable_x64(x64):
         fn, args, calls = make(quick)
-        fns = {t: mnjit(fn, target=t, fallback=t != "ort-cpu") for t in targets}
+        fns = {t: mnjit(_fresh(fn), target=t, fallback=t not in ("ort-cpu", "auto")) for t in targets}
         fns["jax.jit"] = jax.jit(fn)
-        for f in fns.values():  # first calls: trace, convert or compile, and warm up
-            jax.block_until_ready(f(*args))
-            jax.block_until_ready(f(*args))
+        timed = [t for t in ("ort-cpu", "auto") if t in targets]
+        firsts = _first_calls(fn, fns, args, timed if row % 2 == 0 else timed[::-1]) if timed else {}
+        failed = {}
+        for t, f in list(fns.items()):  # first calls: trace, convert or compile, and warm up
+            try:
+                if t not in firsts:
+                    jax.block_until_ready(f(*args))
+                jax.block_until_ready(f(*args))
+            except Exception as e:  # a target that fails this workload is reported, the others still timed
+                failed[t] = " ".join(str(e).split())[:160]
+                del fns[t]
+        start = time.perf_counter()
+        tier = tiering.settle(fns["auto"], *args) if "auto" in fns else None
+        settling = time.perf_counter() - start
         times = steady(fns, args, rounds, calls)
-    ratios = {t: times[t] / times["jax.jit"] for t in targets}
-    columns = "  ".join(f"{t} {times[t] * 1e3:9.3f} ms {ratios[t]:5.2f}" for t in targets)
+    ratios = {t: times[t] / times["jax.jit"] for t in targets if t in times}
+    columns = "  ".join(f"{t} {times[t] * 1e3:9.3f} ms {ratios[t]:5.2f}" if t in times else f"{t} {'failed':>17s}"
+                        for t in targets)
     print(f"{label:36s} {columns}  jax.jit {times['jax.jit'] * 1e3:9.3f} ms  load {os.getloadavg()[0]:4.1f}",
           flush=True)
+    for t, reason in failed.items():
+        print(f"{'':36s} {t} failed: {reason}")
+    if firsts:
+        print(f"{'':36s} first call: " + "  ".join(f"{t} {s:6.2f} s" for t, s in firsts.items() if t in fns))
+    if tier is not None:
+        print(f"{'':36s} auto: built {firsts['auto build']:.1f} s after its first call, decided in "
+              f"{settling:.1f} s more: {tier}", flush=True)
     return ratios
 
 
+def _geomean(ratios: dict[str, dict[str, float]], target: str) -> str:
+    logs = [math.log(row[target]) for row in ratios.values() if target in row]
+    missing = f" (over {len(logs)})" if len(logs) < len(ratios) else ""
+    return f"{target} {math.exp(sum(logs) / len(logs)):5.2f}{missing}" if logs else f"{target} -"
+
+
 def _default_targets() -> str:
-    return "ort-cpu,iree-cpu" if importlib.util.find_spec("iree") is not None else "ort-cpu"
+    return "ort-cpu,auto,iree-cpu" if importlib.util.find_spec("iree") is not None else "ort-cpu"
 
 
 def main(argv=None) -> None:
@@ -128,9 +180,8 @@ def main(argv=None) -> None:
     rounds = args.rounds or (3 if args.quick else 7)
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()}; "
           f"median of {rounds} interleaved rounds; ratio = mnjit / jax.jit (< 1: mnjit faster)", flush=True)
-    ratios = {name: measure(name, rounds, args.quick, targets) for name in names}
-    geomeans = "  ".join(f"{t} {math.exp(sum(math.log(r[t]) for r in ratios.values()) / len(ratios)):5.2f}"
-                         for t in targets)
+    ratios = {name: measure(name, rounds, args.quick, targets, row) for row, name in enumerate(names)}
+    geomeans = "  ".join(_geomean(ratios, t) for t in targets)
     print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} {geomeans}  load {os.getloadavg()}")
 
 

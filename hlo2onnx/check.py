@@ -26,8 +26,8 @@ class CheckError(Hlo2OnnxError):
 
 
 # (rtol, atol): ONNX Runtime and XLA may order float arithmetic differently.
-_CHECK_TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-4, 1e-5),
-                    "float64": (1e-10, 1e-12)}
+TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-4, 1e-5),
+             "float64": (1e-10, 1e-12), "complex64": (1e-4, 1e-5), "complex128": (1e-10, 1e-12)}
 
 
 @dataclass
@@ -87,7 +87,7 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
             problems.append(f"{len(actual)} outputs, JAX gives {len(expected)}")
             continue
         for i, (a, e) in enumerate(zip(actual, expected)):
-            error, problem = _compare(np.asarray(a), np.asarray(e))
+            error, problem = compare(np.asarray(a), np.asarray(e))
             max_error = max(max_error, error)
             if problem:
                 problems.append(f"output {i}: {problem}")
@@ -210,7 +210,10 @@ def _reference_errors(run: Callable[[list[np.ndarray]], list[np.ndarray]]):
     return guarded
 
 
-def _compare(actual: np.ndarray, expected: np.ndarray) -> tuple[float, str | None]:
+def compare(actual: np.ndarray, expected: np.ndarray, scaled: bool = False) -> tuple[float, str | None]:
+    """The largest difference, and what is wrong (None: they agree). Integers and bools must be equal, floats
+    within TOLERANCE (NaNs in the same places); `scaled` multiplies the absolute tolerance by the largest
+    finite magnitude expected (at least 1): for whole programs, where rounding grows with the values summed."""
     if actual.shape != expected.shape:
         return 0.0, f"shape {actual.shape}, JAX gives {expected.shape}"
     if actual.dtype != expected.dtype:
@@ -225,6 +228,9 @@ def _compare(actual: np.ndarray, expected: np.ndarray) -> tuple[float, str | Non
     both_nan = np.isnan(a) & np.isnan(e)
     diff = np.where(both_nan, 0, np.abs(a - e))
     error = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
-    rtol, atol = _CHECK_TOLERANCE.get(actual.dtype.name, (1e-4, 1e-5))
+    rtol, atol = TOLERANCE.get(actual.dtype.name, (1e-4, 1e-5))
+    if scaled:
+        finite = np.abs(e[np.isfinite(e)])
+        atol *= max(1.0, float(finite.max())) if finite.size else 1.0
     bad = int(np.sum(~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)))
     return error, f"{bad} elements beyond rtol={rtol:g}, atol={atol:g}" if bad else None

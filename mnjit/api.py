@@ -19,7 +19,7 @@ from hlo2onnx import compat
 from hlo2onnx.files import save_model
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
-from mnjit import device, ffi, host_callbacks, runtime, fallback as partitioned
+from mnjit import device, ffi, host_callbacks, runtime, tiering, fallback as partitioned
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -66,11 +66,13 @@ class MnjitLowered:
     callbacks: host_callbacks.Registration | None = None
     # A lowering over symbolic dims goes through jax.export (its StableHLO is the artifact's).
     exported: Any = None
+    tier: Callable[[], tiering.TierStatus] | None = None  # target="auto": which tier serves the signature
 
     def report(self) -> str:
         """Per StableHLO op kind, the ONNX op types it became; the fusions that fired; node counts before/after;
-        and the nodes the target runs on its fallback."""
-        return str(self.conversion)
+        and the nodes the target runs on its fallback. Under target="auto", first the tier that serves."""
+        text = str(self.conversion)
+        return f"auto: {self.tier()}\n{text}" if self.tier is not None else text
 
     @property
     def jaxpr(self):
@@ -118,6 +120,7 @@ class _CacheEntry:
     make_runner: Callable[[], device.Runner]
     fast: "_FastCall | None" = None
     _runner: device.Runner | None = None
+    tier: tiering.SignatureTier | None = None  # target="auto" only
 
     @property
     def runner(self) -> device.Runner:
@@ -213,7 +216,7 @@ class MnjitFunction:
     def __init__(self, fun: Callable, *, static_argnums=None, static_argnames=None,
                  target: str | hlo2onnx.Target = "ort-cpu", opset: int = hlo2onnx.DEFAULT_OPSET,
                  max_cache_size: int | None = None, donate_argnums=None, donate_argnames=None,
-                 fallback: bool = False):
+                 fallback: bool = False, tier_policy: tiering.TierPolicy | None = None):
         if not callable(fun):
             raise TypeError(f"mnjit expects a callable, got {type(fun).__name__}")
         check_opset(opset)  # a ValueError: ORT would reject the model only at the first call
@@ -222,7 +225,11 @@ class MnjitFunction:
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
-        self._target = hlo2onnx.targets.get(target)
+        # "auto": ort-cpu's translation and runners, with a compiled tier built behind them (mnjit/tiering.py).
+        auto = isinstance(target, str) and target == "auto"
+        if tier_policy is not None and not auto:
+            raise ValueError("tier_policy applies to target='auto' only")
+        self._target = hlo2onnx.targets.get(tiering.BASE if auto else target)
         device.require(self._target)  # a missing runtime or device is refused now, never run elsewhere
         self._opset = opset
         self._fallback = bool(fallback)  # split the program: what the target cannot run goes to jax.jit
@@ -246,10 +253,24 @@ class MnjitFunction:
         self._lock = threading.Lock()
         self._pending: dict[Hashable, _Pending] = {}
         self.translations = 0  # how many signatures were translated (a cache miss each)
+        self._tiers = tiering.Tiering(tier_policy or tiering.TierPolicy(), functools.partial(
+            tiering.iree_tier, opset=opset, name=getattr(fun, "__name__", "main"), make_runner=_runner_for),
+            tiering.unavailable_reason()) if auto else None
 
     # -- calling -----------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if self._fast_ok and compat.trace_state_clean():
+        if self._tiers is None:
+            return self._call(args, kwargs)
+        result = None
+        try:
+            result = self._call(args, kwargs)
+            return result
+        finally:
+            self._tiers.release(result)  # target="auto": a new signature's build starts after its first call
+
+    def _call(self, args: tuple, kwargs: dict):
+        # Under target="auto", a signature that runs or tries its compiled tier needs the Python path.
+        if self._fast_ok and (self._tiers is None or not self._tiers.active) and compat.trace_state_clean():
             try:
                 return self._dispatch(*args, **kwargs)
             except _PythonPath:
@@ -275,23 +296,42 @@ class MnjitFunction:
             raise _PythonPath
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fast(list(leaves)))
 
-    def _call_python(self, args: tuple, kwargs: dict):
+    def _key(self, args: tuple, kwargs: dict) -> tuple[Hashable, list]:
+        """The cache key of a call (arrays or ShapeDtypeStructs; _TracerSeen for tracers) and its leaves."""
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn_args, dyn_kwargs))
+        return (treedef, tuple(map(_leaf_signature, leaves)), static, jax.config.jax_enable_x64), leaves
+
+    def _cached(self, key: Hashable) -> _CacheEntry | None:
         try:
-            signature = tuple(map(_leaf_signature, leaves))
+            return self._cache.get(key)  # lock-free: a lookup is atomic, and a hit is the hot path
+        except TypeError as e:
+            raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
+
+    def _call_python(self, args: tuple, kwargs: dict):
+        try:
+            key, leaves = self._key(args, kwargs)
         except _TracerSeen:
             # Under grad/vmap/an outer jit: behave exactly like jax.jit.
             return self._jitted(*args, **kwargs)
-        key = (treedef, signature, static, jax.config.jax_enable_x64)
-        try:
-            entry = self._cache.get(key)  # lock-free: a lookup is atomic, and a hit is the hot path
-        except TypeError as e:
-            raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
+        entry = self._cached(key)
         if entry is None or self._max_cache_size:  # the capped LRU reorders on every hit, under the lock
-            entry = self._lookup_or_compile(key, args, kwargs)
-        outputs = entry.runner.run(leaves)
+            # An auto function takes this path while another signature tries IREE: this one keeps its fast call.
+            entry = self._lookup_or_compile(key, args, kwargs, fast=self._fast_ok and self._tiers is not None)
+        if entry.tier is not None:
+            outputs = self._tiers.run(entry.tier, leaves, functools.partial(self._run_base, entry, args, kwargs))
+        else:
+            outputs = entry.runner.run(leaves)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
+
+    def _run_base(self, entry: _CacheEntry, args: tuple, kwargs: dict, leaves: list) -> list:
+        """target="auto": one call on ort-cpu, through its fast path where the signature has one."""
+        if entry.fast is not None and self._fast_ok and compat.trace_state_clean():
+            try:
+                return _flatten(self._dispatch(*args, **kwargs))[0]
+            except _PythonPath:
+                pass
+        return entry.runner.run(leaves)
 
     def _lookup_or_compile(self, key: Hashable, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
         """The cached entry, or a new one: the first thread to miss a signature translates it, and threads
@@ -313,7 +353,10 @@ class MnjitFunction:
                     return pending.entry
                 continue  # the translating thread failed (or was interrupted): try on our own
             try:
-                pending.entry = self._compile(args, kwargs, fast)
+                entry = self._compile(args, kwargs, fast)
+                if self._tiers is not None:  # queues the compiled tier's build: this call does not wait for it
+                    entry.tier = self._tiers.start(entry.lowered.traced, key[-1])
+                pending.entry = entry
             finally:
                 with self._lock:
                     del self._pending[key]
@@ -321,7 +364,7 @@ class MnjitFunction:
                         self.translations += 1
                         self._cache[key] = pending.entry
                         if self._max_cache_size and len(self._cache) > self._max_cache_size:
-                            self._cache.popitem(last=False)
+                            self._cancel_tier(self._cache.popitem(last=False)[1])
                             # jax.jit's executables may name the evicted session: they must be traced again.
                             self._dispatch.clear_cache()
                 pending.done.set()
@@ -345,6 +388,15 @@ class MnjitFunction:
         dim_params named as written (for `save`: mnjit itself runs concrete shapes)."""
         if _has_symbolic_dims((args, kwargs)):
             return self._lower_symbolic(args, kwargs)
+        lowered = self._lower(args, kwargs)
+        if self._tiers is not None:  # the report says which tier serves the signature when it is printed
+            try:
+                lowered.tier = functools.partial(self._tier_of, self._key(args, kwargs)[0])
+            except _TracerSeen:  # lowered under a trace: no signature of this function's cache
+                pass
+        return lowered
+
+    def _lower(self, args: tuple, kwargs: dict) -> MnjitLowered | partitioned.PartitionedLowered:
         # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.
         with InterruptGuard():
             traced = self._jitted.trace(*args, **kwargs)
@@ -374,7 +426,7 @@ class MnjitFunction:
             return self._compile_guarded(args, kwargs, fast)
 
     def _compile_guarded(self, args: tuple, kwargs: dict, fast: bool) -> _CacheEntry:
-        lowered = self.lower(*args, **kwargs)
+        lowered = self._lower(args, kwargs)
         if self._fallback:
             entry = _CacheEntry(lowered, lowered.traced.out_tree,
                                 functools.partial(partitioned.PartitionedRunner, lowered, _runner_for))
@@ -398,8 +450,29 @@ class MnjitFunction:
 
     def clear_cache(self) -> None:
         with self._lock:
+            for entry in self._cache.values():
+                self._cancel_tier(entry)
             self._cache.clear()
         self._dispatch.clear_cache()
+
+    def _cancel_tier(self, entry: _CacheEntry) -> None:
+        if entry.tier is not None:
+            self._tiers.cancel(entry.tier)
+
+    # -- target="auto" -----------------------------------------------------------------------------------
+    def tier_status(self, *args, **kwargs) -> tiering.TierStatus | None:
+        """Under target="auto", which tier serves these arguments' signature, whether that is decided, and
+        why (arrays or ShapeDtypeStructs); None for other targets."""
+        return None if self._tiers is None else self._tier_of(self._key(args, kwargs)[0])
+
+    def _tier_of(self, key: Hashable) -> tiering.TierStatus:
+        entry = self._cached(key)
+        return self._tiers.status(entry.tier if entry is not None else None)
+
+    def wait_for_tiering(self, timeout: float | None = None) -> bool:
+        """Blocks until no background tiering job of this function (a compile, a comparison) is queued or
+        running; False if `timeout` seconds passed first. For tests and benchmarks: calls never wait."""
+        return self._tiers is None or self._tiers.wait(timeout)
 
     @property
     def cache_size(self) -> int:
@@ -411,9 +484,10 @@ def mnjit(fun: Callable | None = None, *, static_argnums: int | Iterable[int] | 
     """Drop-in for jax.jit that runs the compiled function on ONNX Runtime.
 
     Options beyond jax.jit's: `target` (where the model runs and which ops it may use: a name in
-    `hlo2onnx.TARGETS`), `opset`, `fallback` (run what the target cannot under jax.jit instead of raising
-    UnsupportedOpError: mnjit/fallback.py), and `max_cache_size` (how many signatures to keep, least recently used
-    dropped first; default unlimited, like jax.jit).
+    `hlo2onnx.TARGETS`; or "auto": ort-cpu at once, and iree-cpu once it is built in the background, where it
+    agrees and is faster: mnjit/tiering.py, tuned by `tier_policy`), `opset`, `fallback` (run what the target
+    cannot under jax.jit instead of raising UnsupportedOpError: mnjit/fallback.py), and `max_cache_size` (how many
+    signatures to keep, least recently used dropped first; default unlimited, like jax.jit).
     """
     if fun is None:
         return functools.partial(mnjit, static_argnums=static_argnums, static_argnames=static_argnames, **options)

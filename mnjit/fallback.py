@@ -91,6 +91,7 @@ class PartitionedLowered:
     constants: dict[int, Any]  # slot -> value for outputs that are constants or literals
     out_slots: tuple[int, ...]
     whole: bool  # the whole function is one ONNX model: nothing was split
+    tier: Callable[[], Any] | None = None  # target="auto": which tier serves the signature (mnjit/tiering.py)
 
     @property
     def jaxpr(self):
@@ -127,7 +128,8 @@ class PartitionedLowered:
 
     def report(self) -> str:
         onnx_parts = self.onnx_partitions
-        lines = [f"Target {self.target.name} with fallback: {len(onnx_parts)} ONNX partition(s), "
+        lines = [f"auto: {self.tier()}"] if self.tier is not None else []
+        lines += [f"Target {self.target.name} with fallback: {len(onnx_parts)} ONNX partition(s), "
                  f"{len(self.partitions) - len(onnx_parts)} jax.jit partition(s), "
                  f"{len(self.fell_back)} op(s) fell back"]
         for i, part in enumerate(self.partitions, 1):

@@ -1,0 +1,465 @@
+"""Tiered execution, `mnjit(f, target="auto")`: ort-cpu serves at once, iree-cpu takes over where it is faster.
+
+Per signature (docs/runtime.md, Tiered execution):
+1. The first calls run on ort-cpu exactly as with `target="ort-cpu"` (its fast path included), and the
+   signature's compiled tier is queued for the background worker: the jaxpr planned for iree-cpu with
+   partitioned execution (what IREE refuses, while loops for one, runs on ort-cpu) and compiled.
+2. Once it is built, the next call is served by ort-cpu as before, and the worker runs the compiled tier on
+   that call's inputs and compares the results (hlo2onnx.check.compare, scaled to the outputs' magnitude).
+   A disagreement, or any error in building or running it, drops the compiled tier for that signature, with
+   the reason logged (logger "mnjit") and shown by `lower(...).report()`.
+3. Then real calls take turns on the tiers, each timed to completion (`TierPolicy.trials` timed calls each,
+   one each once a call takes over `slow_call_s`), and the compiled tier keeps the signature if ort-cpu's
+   median is over `min_speedup` (1.1) times its own; otherwise ort-cpu does, its fast path included.
+
+No call waits for the compiler: the worker is one daemon thread per process (`_WORKER`), fed by a queue of
+at most `MAX_JOBS` jobs (a signature that finds it full stays on ort-cpu, and says so). A signature that
+leaves the cache (max_cache_size, clear_cache) is cancelled: a job not started is skipped, a compile under
+way finishes and its result is dropped. Functions with side effects (io_callback, jax.debug.print) stay on
+ort-cpu: comparing would run their effects twice.
+"""
+from __future__ import annotations
+
+import atexit
+import enum
+import logging
+import os
+import queue
+import statistics
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from hlo2onnx import targets as target_table
+from hlo2onnx.check import compare
+from mnjit import device
+from mnjit import fallback as partitioned
+
+logger = logging.getLogger("mnjit")
+MAX_JOBS = 64  # queued background jobs per process (compiles and comparisons)
+BASE = "ort-cpu"
+
+
+@dataclass(frozen=True)
+class CompiledTier:
+    """A signature's second tier: `runner.run(leaves)` returns the same flat outputs as ort-cpu's."""
+
+    name: str
+    runner: device.Runner
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TierPolicy:
+    """How `target="auto"` builds and judges the compiled tier (mnjit's `tier_policy=` option).
+
+    `build(traced)` makes the compiled tier of one signature from its `jax.stages.Traced`, on the worker
+    thread (None: iree-cpu with partitioned execution; a test may give its own). The compiled tier serves
+    when ort-cpu's median call time divided by its own exceeds `min_speedup`: the margin keeps noise from
+    moving a signature (and the function's other signatures, which leave jax.jit's fast dispatch while one
+    runs on the compiled tier) to a tier that is not clearly faster.
+    """
+
+    build: Callable[[Any], CompiledTier] | None = None
+    trials: int = 3  # timed calls per tier at least; more for short calls, up to max_trials or trial_budget_s
+    max_trials: int = 25
+    trial_budget_s: float = 0.5  # timed seconds, both tiers together, after which no more trials are made
+    slow_call_s: float = 1.0  # once a call takes longer: one timed call per tier
+    min_speedup: float = 1.1
+
+    def __post_init__(self):
+        if not 1 <= self.trials <= self.max_trials:
+            raise ValueError(f"TierPolicy needs 1 <= trials <= max_trials, got {self.trials} and {self.max_trials}")
+
+
+class Phase(enum.Enum):
+    COMPILING = "compiling"  # queued for the worker, or being built
+    READY = "ready"  # built: the next call is compared
+    CHECKING = "checking"  # the worker compares it on a call's inputs
+    TIMING = "timing"  # calls alternate between the tiers
+    COMPILED = "compiled"  # decided: the compiled tier serves
+    BASE = "base"  # decided: ort-cpu serves (the reason says why)
+
+
+# Phases in which calls must take mnjit's Python path (jax.jit's fast path would never reach the tiers).
+_ROUTED = {Phase.READY, Phase.CHECKING, Phase.TIMING, Phase.COMPILED}
+
+
+@dataclass
+class SignatureTier:
+    """One cached signature's tiering state; guarded by its Tiering's lock."""
+
+    traced: Any
+    x64: bool
+    phase: Phase = Phase.COMPILING
+    reason: str = ""
+    compiled: CompiledTier | None = None
+    samples: dict[str, list[float]] = field(default_factory=lambda: {"compiled": [], BASE: []})
+    on_compiled: bool = True  # timing: the tier of the current block of calls
+    streak: int = 0  # timing: calls made in the current block
+    slow: bool = False  # timing: a call took over slow_call_s
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class TierStatus:
+    """Which tier serves a signature, whether that is final, and why."""
+
+    serving: str
+    decided: bool
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.serving}: {self.reason}" if self.reason else self.serving
+
+
+def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner) -> CompiledTier:
+    """iree-cpu with partitioned execution: what IREE refuses runs on ort-cpu (or jax.jit)."""
+    target = target_table.get("iree-cpu")
+    lowered = partitioned.plan(traced, target, opset, name)
+    places = Counter(p.runs_on for p in lowered.partitions)
+    if not places[target.name]:
+        why = lowered.fell_back[0].reason if lowered.fell_back else "no partition"
+        raise RuntimeError(f"iree-cpu runs none of it ({why})")
+    runner = partitioned.PartitionedRunner(lowered, make_runner)
+    detail = "" if lowered.whole else "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
+    return CompiledTier(target.name, runner, detail)
+
+
+def unavailable_reason() -> str | None:
+    """Why iree-cpu cannot be the compiled tier on this machine (None: it can)."""
+    try:
+        device.require(target_table.get("iree-cpu"))
+    except device.TargetUnavailableError:
+        return "IREE not installed (pip install 'mnjit[iree]')"
+    return None
+
+
+class _Worker:
+    """The process's one tiering thread (a daemon, started on first use) and its bounded queue."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue(MAX_JOBS)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="mnjit-tiering", daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            return False
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if not self._stopped:
+                job()  # jobs catch their own errors
+            # A daemon thread's frame outlives the interpreter: it must not keep a signature's runners alive.
+            del job
+
+    def stop(self) -> None:
+        """At exit: start no more jobs (a compile under way is not waited for)."""
+        self._stopped = True
+
+    def after_fork(self) -> None:
+        """The child has no worker thread: it starts its own on first use, with an empty queue."""
+        self._queue, self._thread, self._lock = queue.Queue(MAX_JOBS), None, threading.Lock()
+
+
+_WORKER = _Worker()
+atexit.register(_WORKER.stop)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WORKER.after_fork)
+
+
+class Tiering:
+    """One auto function's tiering: starts each signature's background build, routes calls, judges the
+    tiers. `active` counts the signatures whose calls must take the Python path."""
+
+    def __init__(self, policy: TierPolicy, build: Callable[[Any], CompiledTier] | None,
+                 unavailable: str | None = None):
+        self.policy = policy
+        self._build = policy.build or build
+        self._unavailable = unavailable if policy.build is None else None
+        self._name = "iree-cpu" if policy.build is None else "the compiled tier"  # until one is built
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._jobs = 0  # this function's jobs queued or running
+        self._deferred = threading.local()  # signatures whose build waits for the call that made them
+        self.active = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self, traced, x64: bool) -> SignatureTier:
+        """A new signature's state. Its compiled tier is built on the worker, never on this thread, and only
+        once the call that made the signature is done (`release`): the build would slow that first call."""
+        sig = SignatureTier(traced, x64)
+        if self._unavailable:
+            sig.phase, sig.reason = Phase.BASE, self._unavailable
+        elif traced.jaxpr.effects:
+            sig.phase, sig.reason = Phase.BASE, "the function has side effects (comparing would run them twice)"
+        else:
+            self._deferred.__dict__.setdefault("signatures", []).append(sig)
+        return sig
+
+    def release(self, result: Any) -> None:
+        """After a call on this thread: queues the builds it deferred, the worker waiting first for `result`
+        (jax dispatches asynchronously: the call's own computation may still be running)."""
+        deferred = self._deferred.__dict__.get("signatures")
+        if not deferred:
+            return
+        self._deferred.signatures = []
+        for sig in deferred:
+            if not self._submit(sig, self._compile, [result]):
+                with self._lock:
+                    self._settle(sig, Phase.BASE, f"the background queue was full ({MAX_JOBS} jobs)")
+
+    def cancel(self, sig: SignatureTier) -> None:
+        """The signature left the cache: its jobs are skipped and its compiled tier released."""
+        with self._lock:
+            sig.cancelled = True
+            self._settle(sig, Phase.BASE, "evicted from the cache")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until this function has no background job queued or running (False: timed out)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._jobs == 0, timeout)
+
+    def _submit(self, sig: SignatureTier, step: Callable[..., None], *args) -> bool:
+        def job() -> None:
+            try:
+                if not sig.cancelled:
+                    with jax.enable_x64(sig.x64):  # jax's config is per thread: the signature's, not the worker's
+                        step(sig, *args)
+            except Exception as e:  # never reaches a call: the compiled tier is dropped instead
+                self._drop(sig, f"{type(e).__name__}: {e}")
+            finally:
+                with self._idle:
+                    self._jobs -= 1
+                    self._idle.notify_all()
+
+        with self._lock:
+            self._jobs += 1
+        if _WORKER.submit(job):
+            return True
+        with self._idle:
+            self._jobs -= 1
+            self._idle.notify_all()
+        return False
+
+    def _compile(self, sig: SignatureTier, first_result: list) -> None:
+        try:
+            jax.block_until_ready(first_result.pop())
+        except Exception:  # the call failed: its signature is built all the same
+            pass
+        try:
+            compiled = self._build(sig.traced)
+        except Exception as e:  # IREE's importer or compiler refused it, or nothing of it runs there
+            self._drop(sig, f"{self._name} could not compile it: {' '.join(str(e).split())[:300]}")
+            return
+        with self._lock:
+            if sig.cancelled or sig.phase is not Phase.COMPILING:
+                return  # evicted meanwhile: the result is dropped here
+            sig.compiled, sig.phase = compiled, Phase.READY
+            sig.traced = None  # the plan holds what the compiled tier needs
+            self.active += 1
+
+    def _check(self, sig: SignatureTier, leaves: list, expected: list) -> None:
+        compiled = sig.compiled
+        if compiled is None:
+            return
+        try:
+            actual = jax.block_until_ready(compiled.runner.run(leaves))
+            problem = _disagreement(actual, expected)
+            problem = problem and f"{compiled.name} disagreed with ort-cpu on a call: {problem}"
+        except Exception as e:
+            problem = _failed(compiled.name, e)
+        with self._lock:
+            if sig.phase is not Phase.CHECKING:
+                return
+            if problem is None:
+                sig.phase = Phase.TIMING
+                return
+        self._drop(sig, problem, logging.WARNING)
+
+    def _drop(self, sig: SignatureTier, reason: str, level: int = logging.INFO) -> None:
+        with self._lock:
+            if sig.cancelled or sig.phase is Phase.BASE:
+                return  # evicted, or decided already (a compiled tier that fails later is still dropped)
+            self._settle(sig, Phase.BASE, reason)
+        logger.log(level, "mnjit auto: the compiled tier is dropped, ort-cpu serves: %s", reason)
+
+    def _settle(self, sig: SignatureTier, phase: Phase, reason: str) -> None:
+        """Under the lock: the signature's final phase; a dropped compiled tier is released."""
+        if sig.phase in _ROUTED and phase not in _ROUTED:
+            self.active -= 1
+        elif sig.phase not in _ROUTED and phase in _ROUTED:
+            self.active += 1
+        sig.phase, sig.reason = phase, reason
+        if phase is Phase.BASE:
+            sig.compiled, sig.traced = None, None
+
+    # -- calls -----------------------------------------------------------------------------------------------
+    def run(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
+        """One call of the signature: on the tier that serves, or as a comparison or timing trial."""
+        phase, compiled = sig.phase, sig.compiled
+        if phase is Phase.COMPILED and compiled is not None:
+            try:
+                return compiled.runner.run(leaves)
+            except Exception as e:  # e.g. a runtime error: the call is answered by ort-cpu instead
+                self._drop(sig, _failed(compiled.name, e), logging.WARNING)
+                return run_base(leaves)
+        if phase is Phase.READY:
+            with self._lock:
+                claimed = sig.phase is Phase.READY
+                if claimed:
+                    sig.phase = Phase.CHECKING
+            try:
+                outputs = run_base(leaves)
+            except BaseException:
+                if claimed:
+                    self._unclaim(sig)  # a later call compares instead
+                raise
+            if claimed:
+                # numpy inputs may be changed in place after the call returns: the worker gets copies.
+                held = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
+                if not self._submit(sig, self._check, held, list(outputs)):
+                    self._unclaim(sig)  # the queue was full: a later call tries again
+            return outputs
+        if phase is Phase.TIMING:
+            return self._trial(sig, leaves, run_base)
+        return run_base(leaves)
+
+    def _unclaim(self, sig: SignatureTier) -> None:
+        with self._lock:
+            if sig.phase is Phase.CHECKING:
+                sig.phase = Phase.READY
+
+    def _trial(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
+        """A timing call. The tiers take turns in blocks of two calls, and only the second of each block is
+        timed: right after a switch a tier runs faster or slower than it does call after call (measured:
+        IREE's MLP at 6-8 ms alternating per call, 8 ms in a row), and call after call is how it will serve.
+        Once a call takes over `slow_call_s`, blocks are one call long."""
+        with self._lock:
+            compiled, block = sig.compiled, 1 if sig.slow else 2
+            if sig.streak >= block:
+                sig.on_compiled, sig.streak = not sig.on_compiled, 0
+            sig.streak += 1
+            on_compiled, timed = sig.on_compiled, sig.streak == block
+        if sig.phase is not Phase.TIMING or compiled is None:
+            return self.run(sig, leaves, run_base)
+        start = time.perf_counter()
+        if on_compiled:
+            try:
+                outputs = jax.block_until_ready(compiled.runner.run(leaves))
+            except Exception as e:
+                self._drop(sig, _failed(compiled.name, e), logging.WARNING)
+                return run_base(leaves)
+        else:
+            outputs = jax.block_until_ready(run_base(leaves))
+        seconds = time.perf_counter() - start
+        if timed or seconds > self.policy.slow_call_s:
+            self._record(sig, "compiled" if on_compiled else BASE, seconds)
+        return outputs
+
+    def _record(self, sig: SignatureTier, tier: str, seconds: float) -> None:
+        with self._lock:
+            if sig.phase is not Phase.TIMING:
+                return
+            samples = sig.samples
+            samples[tier].append(seconds)
+            sig.slow = sig.slow or seconds > self.policy.slow_call_s
+            if not self._timed_enough(sig):
+                return
+            mine, base = statistics.median(samples["compiled"]), statistics.median(samples[BASE])
+            name = sig.compiled.name
+            times = (f"{_duration(mine)} against {_duration(base)} on ort-cpu, medians of "
+                     f"{len(samples['compiled'])} and {len(samples[BASE])} calls")
+            margin = f"min_speedup={self.policy.min_speedup:g}"
+            if base / max(mine, 1e-9) > self.policy.min_speedup:
+                verdict = "faster" if mine < base else f"slower, kept by {margin}"
+                self._settle(sig, Phase.COMPILED, f"{verdict} ({times})")
+            else:
+                verdict = f"faster, not by {margin}" if mine < base else "slower"
+                self._settle(sig, Phase.BASE, f"{name} {verdict} ({times})")
+            serving, reason = (name if sig.phase is Phase.COMPILED else BASE), sig.reason
+        logger.info("mnjit auto: %s serves: %s", serving, reason)
+
+    def _timed_enough(self, sig: SignatureTier) -> bool:
+        """Whether both tiers have enough timed calls: `trials` each, or one each for slow calls; short calls
+        go on (noise is larger there, and trials cheap) until `trial_budget_s` of timed calls in all, or
+        `max_trials` per tier."""
+        counts = [len(sig.samples[t]) for t in ("compiled", BASE)]
+        if sig.slow:
+            return min(counts) >= 1
+        if min(counts) < self.policy.trials:
+            return False
+        spent = sum(sig.samples["compiled"]) + sum(sig.samples[BASE])
+        return spent >= self.policy.trial_budget_s or min(counts) >= self.policy.max_trials
+
+    # -- reporting -------------------------------------------------------------------------------------------
+    def status(self, sig: SignatureTier | None) -> TierStatus:
+        if sig is None:
+            if self._unavailable:
+                return TierStatus(BASE, True, self._unavailable)
+            return TierStatus(BASE, False, "not called with this signature yet (ort-cpu serves the first calls "
+                                           f"while {self._name} compiles in the background)")
+        with self._lock:
+            phase, reason, compiled, samples = sig.phase, sig.reason, sig.compiled, sig.samples
+            name = compiled.name if compiled is not None else self._name
+            detail = f" ({compiled.detail})" if compiled is not None and compiled.detail else ""
+            if phase is Phase.COMPILED:
+                return TierStatus(name, True, f"{reason}; {compiled.detail}" if compiled.detail else reason)
+            if phase is Phase.BASE:
+                return TierStatus(BASE, True, reason)
+            pending = {Phase.COMPILING: f"pending: {name} compiling in the background",
+                       Phase.READY: f"{name}{detail} compiled; the next call compares it with ort-cpu",
+                       Phase.CHECKING: f"{name}{detail} being compared with ort-cpu on a call's inputs",
+                       Phase.TIMING: f"timing {name}{detail} against ort-cpu ({len(samples['compiled'])} and "
+                                     f"{len(samples[BASE])} calls so far)"}[phase]
+            return TierStatus(BASE, False, pending)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
+def _failed(name: str, error: Exception) -> str:
+    return f"{name} failed on a call: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+
+
+def _disagreement(actual: Sequence, expected: Sequence) -> str | None:
+    """Why two flat output lists differ beyond their dtypes' tolerance (None: they agree)."""
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs against {len(expected)}"
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        if isinstance(e, jax.Array) and jax.dtypes.issubdtype(e.dtype, jax.dtypes.extended):
+            a, e = jax.random.key_data(a), jax.random.key_data(e)  # typed PRNG keys: their key data
+        _, problem = compare(np.asarray(a), np.asarray(e), scaled=True)
+        if problem:
+            return f"output {i}: {problem}"
+    return None
+
+
+def settle(fun, *args, timeout: float = 300.0, **kwargs) -> TierStatus:
+    """Calls `fun` (a target="auto" function) with these arguments until its tier for them is decided, and
+    returns the decision: for tests and benchmarks that want the steady state (calls themselves never wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fun.wait_for_tiering(max(0.0, deadline - time.monotonic()))
+        status = fun.tier_status(*args, **kwargs)
+        if status.decided or time.monotonic() > deadline:
+            return status
+        jax.block_until_ready(fun(*args, **kwargs))

@@ -1,0 +1,274 @@
+"""target="auto" (mnjit/tiering.py): ort-cpu serves at once while a compiled tier is built in the background;
+the compiled tier is compared on a real call and kept only where it agrees and is faster.
+
+Results are checked against jax.jit before and after the switch. Fake compiled tiers (TierPolicy.build: jax.jit
+of the signature's jaxpr, optionally off by one or held at a gate) make the slow compiler, the disagreement
+and eviction during a compile deterministic; the IREE cases are skipped where IREE is not installed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+import time
+
+import jax
+import jax.extend.core as jc
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness import assert_same, rand
+from mnjit import mnjit, tiering
+
+needs_iree = pytest.mark.skipif(importlib.util.find_spec("iree") is None, reason="IREE is not installed")
+TOL = (1e-5, 1e-5)  # ort-cpu and the compiled tiers against jax.jit, on whole small programs
+
+
+def _mlp(x, w):
+    return jnp.tanh(x @ w).sum(axis=0) * 0.5
+
+
+class _Fake:
+    """A compiled-tier builder: jax.jit of the signature's jaxpr, `delta` added to its float outputs, `delay`
+    seconds per call, built only once `gate` opens (or failing with `fail`); it counts the calls its tiers serve."""
+
+    def __init__(self, delta: float = 0.0, gate: threading.Event | None = None, fail: str | None = None,
+                 delay: float = 0.0):
+        self.delta, self.gate, self.fail, self.delay = delta, gate, fail, delay
+        self.runs = 0
+        self.built = 0
+        self.broken = False  # its runs raise
+
+    def __call__(self, traced) -> tiering.CompiledTier:
+        if self.gate is not None:
+            assert self.gate.wait(60), "the test never opened the gate"
+        if self.fail:
+            raise RuntimeError(self.fail)
+        run = jax.jit(jc.jaxpr_as_fun(traced.jaxpr))
+        self.built += 1
+        fake = self
+
+        class Runner:
+            def run(self, leaves):
+                fake.runs += 1
+                if fake.broken:
+                    raise RuntimeError("the device is gone")
+                time.sleep(fake.delay)
+                return [out + fake.delta if jnp.issubdtype(out.dtype, jnp.floating) else out
+                        for out in run(*leaves)]
+
+        return tiering.CompiledTier("fake", Runner())
+
+
+def _auto(fun, build=None, **policy):
+    return mnjit(fun, target="auto", tier_policy=tiering.TierPolicy(build=build, **policy))
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="target='auto'"):
+        mnjit(_mlp, tier_policy=tiering.TierPolicy())
+    with pytest.raises(ValueError, match="trials"):
+        tiering.TierPolicy(trials=0)
+    assert mnjit(_mlp).tier_status(rand((4, 4)), rand((4, 4))) is None
+
+
+def test_first_call_does_not_wait_for_the_compiler():
+    gate = threading.Event()
+    fake = _Fake(gate=gate)
+    f = _auto(_mlp, fake, min_speedup=0)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    expected = jax.jit(_mlp)(x, w)
+    try:
+        assert_same(f(x, w), expected, TOL)  # returns while the builder is held at the gate
+        for _ in range(3):
+            assert_same(f(x, w), expected, TOL)
+        status = f.tier_status(x, w)
+        assert not status.decided and "pending" in str(status) and status.serving == "ort-cpu", status
+        assert "pending" in f.lower(x, w).report().splitlines()[0]
+        assert not f.wait_for_tiering(0.05)  # the build is still under way: no call waited for it
+    finally:
+        gate.set()
+    assert f.wait_for_tiering(60)
+    assert "compares" in str(f.tier_status(x, w))
+    status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "fake", status
+    runs = fake.runs
+    assert_same(f(x, w), expected, TOL)
+    assert fake.runs == runs + 1  # the compiled tier serves now
+
+
+def test_disagreeing_tier_is_dropped(caplog):
+    fake = _Fake(delta=1.0)
+    f = _auto(_mlp, fake, min_speedup=0)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    expected = jax.jit(_mlp)(x, w)
+    with caplog.at_level(logging.INFO, logger="mnjit"):
+        assert_same(f(x, w), expected, TOL)
+        assert f.wait_for_tiering(60)
+        assert_same(f(x, w), expected, TOL)  # the comparison call: the caller gets ort-cpu's result
+        assert f.wait_for_tiering(60)
+    status = f.tier_status(x, w)
+    assert status.decided and status.serving == "ort-cpu" and "disagreed" in status.reason, status
+    assert any(r.name == "mnjit" and r.levelno == logging.WARNING and "disagreed" in r.getMessage()
+               for r in caplog.records)
+    runs = fake.runs
+    for _ in range(3):
+        assert_same(f(x, w), expected, TOL)
+    assert fake.runs == runs == 1  # only the comparison ran it
+    assert "disagreed" in f.lower(x, w).report().splitlines()[0]
+
+
+def test_slower_tier_is_not_kept():
+    fake = _Fake(delay=0.02)
+    f = _auto(_mlp, fake, trial_budget_s=0.1)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "ort-cpu" and "slower" in status.reason, status
+    # The comparison, then blocks of two calls, one timed: 3 timed calls of 20 ms are 0.06 s, under the 0.1 s
+    # trial budget, which the fifth reaches.
+    assert fake.runs <= 1 + 2 * 5, fake.runs
+    runs = fake.runs
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+    assert fake.runs == runs
+
+
+@pytest.mark.parametrize("when", ["comparison", "serving"])
+def test_tier_failing_at_run_time_is_dropped(when):
+    fake = _Fake()
+    f = _auto(_mlp, fake, min_speedup=0)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    expected = jax.jit(_mlp)(x, w)
+    if when == "serving":
+        assert tiering.settle(f, x, w).serving == "fake"
+    else:
+        assert_same(f(x, w), expected, TOL)
+        assert f.wait_for_tiering(60)  # built: the next call is compared
+    fake.broken = True
+    for _ in range(3):
+        assert_same(f(x, w), expected, TOL)  # the caller never sees the compiled tier's error
+    assert f.wait_for_tiering(60)
+    status = f.tier_status(x, w)
+    assert status.decided and status.serving == "ort-cpu" and "the device is gone" in status.reason, status
+
+
+def test_failing_build_stays_on_ort_cpu():
+    f = _auto(_mlp, _Fake(fail="no kernel for this"))
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+    assert f.wait_for_tiering(60)
+    status = f.tier_status(x, w)
+    assert status.decided and status.serving == "ort-cpu" and "no kernel for this" in status.reason, status
+
+
+def test_side_effects_stay_on_ort_cpu(capsys):
+    def noisy(x):
+        jax.debug.print("sum {s}", s=x.sum())
+        return x * 2
+
+    fake = _Fake()
+    f = _auto(noisy, fake)
+    x = np.arange(3, dtype=np.float32)
+    assert_same(f(x), jax.jit(noisy)(x), TOL)
+    assert_same(f(x), jax.jit(noisy)(x), TOL)
+    status = f.tier_status(x)
+    assert status.decided and "side effects" in status.reason and fake.built == 0, status
+    assert capsys.readouterr().out.count("sum 3.0") == 4  # twice each from mnjit and jax.jit, never doubled
+
+
+@pytest.mark.parametrize("evict", ["max_cache_size", "clear_cache"])
+def test_eviction_during_compile(evict):
+    gate = threading.Event()
+    fake = _Fake(gate=gate)
+    options = {"max_cache_size": 1} if evict == "max_cache_size" else {}
+    f = mnjit(_mlp, target="auto", tier_policy=tiering.TierPolicy(build=fake, min_speedup=0), **options)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    x2 = rand((4, 8), seed=2)
+    try:
+        assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+        if evict == "clear_cache":
+            f.clear_cache()
+        else:
+            assert_same(f(x2, w), jax.jit(_mlp)(x2, w), TOL)  # the first signature leaves the cache
+        assert f.tier_status(x, w).reason.startswith("not called")
+    finally:
+        gate.set()
+    assert f.wait_for_tiering(60)
+    assert fake.runs == 0  # the evicted signature's tier was dropped, never run
+    assert f._tiers.active == (0 if evict == "clear_cache" else 1)  # only the live signature counts
+    status = tiering.settle(f, x, w)  # the signature compiles again and settles
+    assert status.serving == "fake", status
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+
+
+def test_threads_call_through_every_phase():
+    gate = threading.Event()
+    fake = _Fake(gate=gate)
+    f = _auto(_mlp, fake, min_speedup=0)
+    w = rand((8, 8), seed=9)
+    inputs = [rand((16, 8), seed=s) for s in range(6)]
+    expected = [jax.jit(_mlp)(x, w) for x in inputs]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(40):
+                assert_same(f(inputs[i], w), expected[i], TOL)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in workers:
+        t.start()
+    time.sleep(0.05)
+    gate.set()  # built while the threads call: comparison, timing and the switch happen under them
+    for t in workers:
+        t.join()
+    assert not errors, errors[0]
+    status = tiering.settle(f, inputs[0], w)
+    assert status.serving == "fake", status
+    assert f.translations == 1
+
+
+def test_transformations():
+    f = _auto(_mlp, _Fake(), min_speedup=0)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    for settled in (False, True):
+        if settled:
+            assert tiering.settle(f, x, w).serving == "fake"
+        loss = lambda x, w, g: g(x, w).sum()  # noqa: E731
+        assert_same(jax.grad(loss)(x, w, f), jax.grad(loss)(x, w, _mlp), TOL)
+        assert_same(jax.vmap(f, (0, None))(jnp.stack([x, x + 1]), w),
+                    jax.vmap(_mlp, (0, None))(jnp.stack([x, x + 1]), w), TOL)
+        assert_same(jax.jit(f)(x, w), jax.jit(_mlp)(x, w), TOL)
+
+
+@needs_iree
+def test_iree_tier_matches_jax_before_and_after_the_switch():
+    f = _auto(_mlp, min_speedup=0)  # the real iree-cpu tier, kept whatever its speed
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+    status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "iree-cpu", status
+    assert f.lower(x, w).report().startswith("auto: iree-cpu")
+    x3 = rand((16, 8), seed=3)  # new values, same signature: served by IREE
+    assert_same(f(x3, w), jax.jit(_mlp)(x3, w), TOL)
+    with jax.enable_x64(True):  # the worker compiles and compares under the signature's x64 setting
+        x64, w64 = rand((16, 8), np.float64), rand((8, 8), np.float64, seed=1)
+        status = tiering.settle(f, x64, w64)
+        assert status.serving == "iree-cpu", status
+        assert_same(f(x64, w64), jax.jit(_mlp)(x64, w64), (1e-12, 1e-12))
+
+
+@needs_iree
+def test_iree_refusing_everything_stays_on_ort_cpu():
+    def doubling(x):  # a while loop without a trip count: IREE refuses it, and it is the whole program
+        return jax.lax.while_loop(lambda y: jnp.abs(y).sum() < 1e3, lambda y: y * 2, x)
+
+    f = mnjit(doubling, target="auto")
+    x = rand((8,))
+    assert_same(f(x), jax.jit(doubling)(x), TOL)
+    assert f.wait_for_tiering(120)
+    status = f.tier_status(x)
+    assert status.decided and status.serving == "ort-cpu" and "runs none of it" in status.reason, status
+    assert_same(f(x), jax.jit(doubling)(x), TOL)
