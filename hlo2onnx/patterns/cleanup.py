@@ -9,8 +9,6 @@ and the fusion patterns only need to know that one form.
 from __future__ import annotations
 
 import copy
-from typing import Iterator
-
 import numpy as np
 import onnx
 import onnx.reference.ops
@@ -19,6 +17,7 @@ import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter.rules import common as common_rules
 
 from hlo2onnx import host_calls
+from hlo2onnx.walk import all_graphs, all_nodes  # noqa: F401  (the passes' walks, imported from here too)
 from hlo2onnx.patterns import engine
 
 # Elementwise ops with numpy (multidirectional) broadcasting.
@@ -398,41 +397,6 @@ def clean(model: ir.Model) -> None:
         drop_unread_initializers(model)
     else:
         common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
-
-
-# The default-domain ops with graph attributes (ONNX's control flow); nodes of other domains may have them too.
-# all_graphs asks only these nodes: reading a node's attributes costs ~1 us, and it runs ~10 times a translation.
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-
-
-def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
-    """`graph` and every subgraph nested in it (Loop/If/Scan bodies), outer ones first."""
-    found = [graph]
-    for node in graph:
-        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
-            continue
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                found.extend(all_graphs(attr.as_graph()))
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.as_graphs():
-                    found.extend(all_graphs(sub))
-    return found
-
-
-def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
-    """graph.all_nodes() (each node, then the nodes of its subgraphs), asking only the nodes that can hold a
-    subgraph for them (onnx-ir's iterator reads every node's attributes: ~5x slower)."""
-    for node in graph:
-        yield node
-        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
-            continue
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from all_nodes(attr.as_graph())
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.as_graphs():
-                    yield from all_nodes(sub)
 
 
 def eliminate_common_subexpressions(graph: ir.Graph) -> int:
