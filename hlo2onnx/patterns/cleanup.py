@@ -13,12 +13,11 @@ import numpy as np
 import onnx
 import onnx.reference.ops
 import onnx_ir as ir
-import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter.rules import common as common_rules
 
 from hlo2onnx import host_calls
 from hlo2onnx.walk import all_graphs, all_nodes  # noqa: F401  (the passes' walks, imported from here too)
-from hlo2onnx.patterns import engine
+from hlo2onnx.patterns import engine, passes
 
 # Elementwise ops with numpy (multidirectional) broadcasting.
 BROADCASTING = frozenset({
@@ -115,6 +114,8 @@ def splat_of(value: ir.Value) -> np.ndarray | None:
 
 
 _RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten"})
+# The producers through which an input that is not a constant can be a splat or hold something smaller.
+_SMALL_SOURCES = _RESHAPES | {"Expand", "ConstantOfShape"}
 
 
 def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
@@ -130,9 +131,13 @@ def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
         if out is None:
             continue
         for i, x in enumerate(node.inputs):
-            if x is None or static_shape(x) == ():
+            if x is None:
                 continue
             producer = x.producer()
+            if x.const_value is None and (producer is None or producer.op_type not in _SMALL_SOURCES):
+                continue  # neither a splat nor a broadcast or reshape of something smaller (splat_of says None)
+            if static_shape(x) == ():
+                continue
             splat = splat_of(x)
             if splat is not None:
                 small = scalars.get(splat)
@@ -192,6 +197,10 @@ def _no_op_result(node: ir.Node) -> ir.Value | None:
     return None
 
 
+# The ops drop_no_ops may drop: those _no_op_result knows, and the reshapes of a reduction.
+_MAYBE_NO_OP = frozenset(_NEUTRAL) | {"Where", "Reshape", "Expand", "Identity", "Transpose", "Cast", "Unsqueeze"}
+
+
 def _keep_reduced_dims(node: ir.Node) -> ir.Value | None:
     """Reshape(Reduce(x, keepdims=0)) to the keepdims shape: the reduction keeps its dims instead."""
     reduced = node.inputs[0]
@@ -247,12 +256,14 @@ def drop_no_ops(graph: ir.Graph) -> int:
     """Drops no-op nodes (same shape and dtype in and out); returns how many."""
     dropped = []
     for node in list(graph):
-        if node.domain != "" or len(node.outputs) != 1 or node.outputs[0].is_graph_output():
+        op_type = node.op_type
+        if op_type not in _MAYBE_NO_OP or node.domain != "" or len(node.outputs) != 1 \
+                or node.outputs[0].is_graph_output():
             continue
         out = node.outputs[0]
-        if node.op_type == "Reshape" and (kept := _keep_reduced_dims(node)) is not None:
+        if op_type == "Reshape" and (kept := _keep_reduced_dims(node)) is not None:
             result = kept
-        elif node.op_type == "Unsqueeze" and (kept := _unsqueeze_reduced_dims(node)) is not None:
+        elif op_type == "Unsqueeze" and (kept := _unsqueeze_reduced_dims(node)) is not None:
             result = kept
         else:
             result = _no_op_result(node)
@@ -382,7 +393,7 @@ def clean(model: ir.Model) -> None:
     for _ in range(4):
         with _CLEAN_RULES.borrow("clean") as rules:
             changed = sum(engine.apply_rules(model, rules).values())
-        changed += common_passes.CommonSubexpressionEliminationPass()(model).modified
+        changed += passes.merge_common_subexpressions(model)  # onnx-ir's CSE pass, faster
         for graph in all_graphs(model.graph):
             changed += drop_broadcasts(graph, scalars) + drop_no_ops(graph)
             if graph is not model.graph:
@@ -396,7 +407,7 @@ def clean(model: ir.Model) -> None:
             remove_unused(graph)
         drop_unread_initializers(model)
     else:
-        common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
+        passes.remove_unused_nodes(model)  # onnx-ir's RemoveUnusedNodesPass: initializers and subgraphs too
 
 
 def eliminate_common_subexpressions(graph: ir.Graph) -> int:
@@ -426,9 +437,13 @@ def remove_unused(graph: ir.Graph) -> int:
     """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects)."""
     dropped = []
     for node in reversed(list(graph)):
-        if not any(v.uses() or v.is_graph_output() for v in node.outputs) and not host_calls.pinned(node):
-            detach(node)  # its producers may go next
-            dropped.append(node)
+        for v in node.outputs:
+            if v.uses() or v.is_graph_output():
+                break
+        else:
+            if not host_calls.pinned(node):
+                detach(node)  # its producers may go next
+                dropped.append(node)
     if dropped:
         graph.remove(dropped, safe=True)
     return len(dropped)
