@@ -52,16 +52,16 @@ def fill_elementwise_shapes(model: ir.Model) -> int:
     count = 0
     for graph in all_graphs(model.graph):
         for node in graph:
-            if node.domain != "" or len(node.outputs) != 1 or static_shape(node.outputs[0]) is not None:
+            op_type = node.op_type
+            if (op_type != "Reshape" and op_type not in ELEMENTWISE) or node.domain != "" or len(node.outputs) != 1 \
+                    or static_shape(node.outputs[0]) is not None:
                 continue
             out = node.outputs[0]
-            if node.op_type == "Reshape":
+            if op_type == "Reshape":
                 shape = _reshaped(node)
                 if shape is not None:
                     out.shape, out.type = ir.Shape(shape), out.type or node.inputs[0].type
                     count += 1
-                continue
-            if node.op_type not in ELEMENTWISE:
                 continue
             shapes = [static_shape(v) for v in node.inputs if v is not None]
             if not shapes or None in shapes:

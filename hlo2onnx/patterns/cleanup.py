@@ -310,9 +310,12 @@ def _fold_constants(model: ir.Model) -> int:
     # transformer reshapes the same scalars), and the reference op costs ~0.1 ms a call.
     evaluated: dict[tuple | None, np.ndarray | None] = {}
     for node in list(graph):
-        if (node.domain != "" or node.op_type in _NO_FOLD or not node.inputs or len(node.outputs) != 1
+        inputs = node.inputs
+        if not inputs or inputs[0] is None or inputs[0].const_value is None:
+            continue  # the common case, first: an input that is not a constant
+        if (node.domain != "" or node.op_type in _NO_FOLD or len(node.outputs) != 1
                 or node.outputs[0].is_graph_output()
-                or any(v is None or v.const_value is None for v in node.inputs)
+                or any(v is None or v.const_value is None for v in inputs)
                 or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())):
             continue
         out, sizes = static_shape(node.outputs[0]), [v.const_value.size for v in node.inputs]

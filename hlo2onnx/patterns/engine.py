@@ -219,8 +219,11 @@ def infer_shapes(model: ir.Model, nodes: Iterable[ir.Node] | None = None, memo: 
     inference goes through protobuf, ~0.1 ms a node."""
     opsets = model.opset_imports
     for node in model.graph if nodes is None else nodes:
-        if all(v.type is not None and v.shape is not None for v in node.outputs):
-            continue
+        for v in node.outputs:
+            if v.type is None or v.shape is None:
+                break
+        else:
+            continue  # every output typed and shaped already (most nodes: the translator sets them)
         inputs = [v for v in node.inputs if v is not None]
         if any(v.type is None for v in inputs) or any(a.type == ir.AttributeType.GRAPH
                                                       for a in node.attributes.values()):
@@ -263,11 +266,20 @@ _KEYED_ATTRIBUTES = frozenset({ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.
 
 
 def _inference_key(node: ir.Node, opsets) -> tuple | None:
-    """All that ONNX's inference reads of `node`: op, opset, plain attributes, and per input its type, shape,
-    small constant value and which earlier input has its name (inference sees inputs by name); None when an
-    attribute is of another kind."""
-    if any(a.type not in _KEYED_ATTRIBUTES for a in node.attributes.values()):
-        return None
+    """All that ONNX's inference reads of `node`: op, opset, attributes (plain ones by value, small tensors by
+    dtype, shape and bytes), and per input its type, shape, small constant value and which earlier input has
+    its name (inference sees inputs by name); None when an attribute is of another kind."""
+    attributes = []
+    for name, a in node.attributes.items():
+        if a.type in _KEYED_ATTRIBUTES:
+            attributes.append((name, a.type, repr(a.value)))
+        elif a.type == ir.AttributeType.TENSOR and a.value.size <= _INFERENCE_DATA_LIMIT:
+            data = _array_key(a.value)  # ConstantOfShape's fill
+            if data is None:
+                return None
+            attributes.append((name, a.type, data))
+        else:
+            return None
     names: dict[str, int] = {}
     inputs = []
     for i, v in enumerate(node.inputs):
@@ -277,10 +289,13 @@ def _inference_key(node: ir.Node, opsets) -> tuple | None:
         const = v.const_value
         data = None
         if const is not None and const.size <= _INFERENCE_DATA_LIMIT:
-            array = const.numpy()
-            if array.dtype.hasobject:
+            data = _array_key(const)
+            if data is None:
                 return None
-            data = (array.dtype, array.shape, array.tobytes())
         inputs.append((v.type, None if v.shape is None else v.shape.dims, data, names.setdefault(v.name, i)))
-    return (node.domain, node.op_type, opsets.get(node.domain), len(node.outputs),
-            tuple((name, a.type, repr(a.value)) for name, a in node.attributes.items()), tuple(inputs))
+    return (node.domain, node.op_type, opsets.get(node.domain), len(node.outputs), tuple(attributes), tuple(inputs))
+
+
+def _array_key(tensor: ir.TensorProtocol) -> tuple | None:
+    array = tensor.numpy()
+    return None if array.dtype.hasobject else (array.dtype, array.shape, array.tobytes())
