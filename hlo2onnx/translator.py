@@ -89,7 +89,7 @@ class Translator:
         # each converted type's ONNX element type and dims (the TensorType itself is kept there, so its id stays
         # its own).
         self._plain: set[int] = set()
-        self._onnx_types: dict[int, tuple[TensorType, ir.DataType, list[int | None]]] = {}
+        self._onnx_types: dict[int, tuple[TensorType, ir.DataType, ir.Shape]] = {}
         # Model metadata the rules record (jax.export's shape assertions), written into the model's metadata_props.
         self.metadata: dict[str, str] = {}
 
@@ -264,14 +264,16 @@ class Translator:
         return found
 
     def _set_type(self, value: ir.Value, ttype: TensorType) -> None:
-        """types.set_type, with the ONNX element type and dims of each TensorType converted once."""
+        """types.set_type, with the ONNX element type and shape of each TensorType made once: the shape is a
+        frozen ir.Shape that all values of the type share (as onnx-ir shares a tensor's shape with the values it
+        initializes), which also spares the collector three objects a value."""
         converted = self._onnx_types.get(id(ttype))
         if converted is None:
             storage = ttype.storage
-            converted = self._onnx_types[id(ttype)] = (
-                ttype, onnx_dtype(storage.dtype), [d if d >= 0 else None for d in storage.shape])
+            shape = ir.Shape([d if d >= 0 else None for d in storage.shape], frozen=True)
+            converted = self._onnx_types[id(ttype)] = (ttype, onnx_dtype(storage.dtype), shape)
         value.type = ir.TensorType(converted[1])
-        value.shape = ir.Shape(converted[2])
+        value.shape = converted[2]
 
 
 def _empty(ttype: TensorType) -> bool:
