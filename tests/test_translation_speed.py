@@ -106,7 +106,7 @@ def slow_way(monkeypatch):
                         lambda attrs: [ir.convenience.convert_attribute(k, v) for k, v in attrs.items()])
     # onnx-ir's own CSE and dead-code passes, which patterns/passes.py re-does.
     monkeypatch.setattr(passes, "merge_common_subexpressions",
-                        lambda model: common_passes.CommonSubexpressionEliminationPass()(model).modified)
+                        lambda model, nodes=None: common_passes.CommonSubexpressionEliminationPass()(model).modified)
     monkeypatch.setattr(passes, "remove_unused_nodes",
                         lambda model: common_passes.RemoveUnusedNodesPass()(model).modified)
     # The translator's per-type conversion of output types.

@@ -9,6 +9,8 @@ and the fusion patterns only need to know that one form.
 from __future__ import annotations
 
 import copy
+from typing import Sequence
+
 import numpy as np
 import onnx
 import onnx.reference.ops
@@ -118,14 +120,15 @@ _RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten"})
 _SMALL_SOURCES = _RESHAPES | {"Expand", "ConstantOfShape"}
 
 
-def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
+def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants, nodes: Sequence[ir.Node] | None = None) -> int:
     """Feeds broadcasting ops the small operand of an Expand, or a scalar instead of a splat.
 
-    Valid when the op's own broadcasting still yields its static output shape.
+    Valid when the op's own broadcasting still yields its static output shape. `nodes`: the graph's nodes in
+    order, when the caller listed them already (those since removed are skipped).
     """
     count = 0
-    for node in graph:
-        if node.op_type not in BROADCASTING or node.domain != "":
+    for node in graph if nodes is None else nodes:
+        if node.op_type not in BROADCASTING or node.domain != "" or node.graph is not graph:
             continue
         out = static_shape(node.outputs[0])
         if out is None:
@@ -252,13 +255,13 @@ def _scalar_no_op(node: ir.Node, result: ir.Value) -> bool:
     return len(other) == 1 and static_shape(other[0]) == () and result.shape.rank() == out.shape.rank()
 
 
-def drop_no_ops(graph: ir.Graph) -> int:
-    """Drops no-op nodes (same shape and dtype in and out); returns how many."""
+def drop_no_ops(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> int:
+    """Drops no-op nodes (same shape and dtype in and out); returns how many. `nodes`: as drop_broadcasts."""
     dropped = []
-    for node in list(graph):
+    for node in list(graph) if nodes is None else nodes:
         op_type = node.op_type
         if op_type not in _MAYBE_NO_OP or node.domain != "" or len(node.outputs) != 1 \
-                or node.outputs[0].is_graph_output():
+                or node.outputs[0].is_graph_output() or node.graph is not graph:
             continue
         out = node.outputs[0]
         if op_type == "Reshape" and (kept := _keep_reduced_dims(node)) is not None:
@@ -396,12 +399,20 @@ def clean(model: ir.Model) -> None:
     for _ in range(4):
         with _CLEAN_RULES.borrow("clean") as rules:
             changed = sum(engine.apply_rules(model, rules).values())
-        changed += passes.merge_common_subexpressions(model)  # onnx-ir's CSE pass, faster
+        # Each graph's nodes are listed once a round (a walk of onnx-ir's node list costs ~1 us a node); the
+        # passes skip the nodes an earlier one removed, and none of them adds nodes but the CSE, rarely (an
+        # Identity for a graph output), after which the list is taken again.
+        main = list(model.graph)
+        merged = passes.merge_common_subexpressions(model, main)  # onnx-ir's CSE pass, faster
+        if merged:
+            main = list(model.graph)
+        changed += merged
         for graph in all_graphs(model.graph):
-            changed += drop_broadcasts(graph, scalars) + drop_no_ops(graph)
+            nodes = main if graph is model.graph else list(graph)
+            changed += drop_broadcasts(graph, scalars, nodes) + drop_no_ops(graph, nodes)
             if graph is not model.graph:
                 changed += eliminate_common_subexpressions(graph)
-            changed += remove_unused(graph)
+            changed += remove_unused(graph, nodes)
         if not changed:
             break
     # onnx-ir's pass would drop callbacks run for their effects
@@ -436,10 +447,13 @@ def eliminate_common_subexpressions(graph: ir.Graph) -> int:
     return count
 
 
-def remove_unused(graph: ir.Graph) -> int:
-    """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects)."""
+def remove_unused(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> int:
+    """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects).
+    `nodes`: as drop_broadcasts."""
     dropped = []
-    for node in reversed(list(graph)):
+    for node in reversed(list(graph) if nodes is None else nodes):
+        if node.graph is not graph:
+            continue
         for v in node.outputs:
             if v.uses() or v.is_graph_output():
                 break

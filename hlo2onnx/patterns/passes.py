@@ -9,6 +9,8 @@ give.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import onnx
 import onnx_ir as ir
 
@@ -22,17 +24,18 @@ _NON_DETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformL
 _CSE_SIZE_LIMIT = 10
 
 
-def merge_common_subexpressions(model: ir.Model) -> bool:
-    """CommonSubexpressionEliminationPass()(model).modified: merges main-graph nodes with the same op, inputs
-    and attributes into the first of them."""
+def merge_common_subexpressions(model: ir.Model, nodes: Sequence[ir.Node] | None = None) -> int:
+    """CommonSubexpressionEliminationPass()(model): merges main-graph nodes with the same op, inputs and
+    attributes into the first of them; returns how many went. `nodes`: the main graph's nodes, when the
+    caller listed them already."""
     graph = model.graph
     seen: dict[tuple, ir.Node] = {}
     merged: list[ir.Node] = []
-    for node in graph:
+    for node in graph if nodes is None else nodes:
         attrs = _attribute_key(node)
         if attrs is None or (node.op_type in _NON_DETERMINISTIC and node.domain == ""):
             continue
-        key = ((node.domain, node.op_type, node.overload), len(node.outputs), tuple(map(id, node.inputs)), attrs)
+        key = (node.op_identifier(), len(node.outputs), tuple(map(id, node.inputs)), attrs)
         kept = seen.get(key)
         if kept is None:
             seen[key] = node
@@ -43,7 +46,7 @@ def merge_common_subexpressions(model: ir.Model) -> bool:
         # Removed together: Graph.remove copies the graph's outputs into a set on every call (a gradient has
         # thousands). The merged nodes read nothing any more, as onnx-ir's immediate removal leaves them.
         graph.remove(merged, safe=True)
-    return bool(merged)
+    return len(merged)
 
 
 def _attribute_key(node: ir.Node) -> tuple | None:
