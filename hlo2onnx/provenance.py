@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 
 import onnx_ir as ir
 
-from hlo2onnx.walk import can_hold_subgraphs, subgraphs
+from hlo2onnx.graphs import can_hold_subgraphs, subgraphs
 
 SOURCE_OP, SOURCE_LOC = "hlo2onnx.op", "hlo2onnx.loc"
 RULE = "hlo2onnx.rule"  # the rewrite rule that made the node

@@ -25,7 +25,7 @@ from hlo2onnx.provenance import tag_nodes
 from hlo2onnx.targets import Target
 from hlo2onnx.types import (TensorType, UnsupportedTypeError, is_complex, is_token, onnx_dtype, set_type,
                             tensor_type)
-from hlo2onnx.walk import all_nodes
+from hlo2onnx.graphs import all_nodes
 
 _UNSEEN = object()
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})

@@ -18,7 +18,7 @@ import onnx_ir as ir
 from onnxscript.rewriter.rules import common as common_rules
 
 from hlo2onnx import host_calls
-from hlo2onnx.walk import all_graphs, all_nodes  # noqa: F401  (the passes' walks, imported from here too)
+from hlo2onnx.graphs import all_graphs, all_nodes, detach, remove_detached  # noqa: F401  (imported from here too)
 from hlo2onnx.patterns import engine, passes
 
 # Elementwise ops with numpy (multidirectional) broadcasting.
@@ -58,16 +58,6 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     if value is None or value.const_value is None:
         return None
     return value.const_value.numpy()
-
-
-def detach(node: ir.Node) -> None:
-    """What graph.remove(node, safe=True) does to the rest of the graph: `node` reads its inputs no more.
-
-    Passes that drop many nodes detach each at once and remove them together at the end (graph.remove copies
-    the graph's outputs into a set on every call: one node at a time, that made the passes quadratic in a
-    gradient's thousands of outputs)."""
-    for i in range(len(node.inputs)):
-        node.replace_input_with(i, None)
 
 
 class ScalarConstants:
@@ -279,7 +269,7 @@ def drop_no_ops(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> int:
         detach(node)
         dropped.append(node)
     if dropped:
-        graph.remove(dropped, safe=True)
+        remove_detached(graph, dropped)
     return len(dropped)
 
 
@@ -354,7 +344,7 @@ def _fold_constants(model: ir.Model) -> int:
         detach(node)
         folded_nodes.append(node)
     if folded_nodes:
-        graph.remove(folded_nodes, safe=True)
+        remove_detached(graph, folded_nodes)
     return len(folded_nodes)
 
 
@@ -407,7 +397,7 @@ def clean(model: ir.Model) -> None:
         if merged:
             main = list(model.graph)
         changed += merged
-        for graph in all_graphs(model.graph):
+        for graph in all_graphs(model.graph, main):
             nodes = main if graph is model.graph else list(graph)
             changed += drop_broadcasts(graph, scalars, nodes) + drop_no_ops(graph, nodes)
             if graph is not model.graph:
@@ -462,7 +452,7 @@ def remove_unused(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> in
                 detach(node)  # its producers may go next
                 dropped.append(node)
     if dropped:
-        graph.remove(dropped, safe=True)
+        remove_detached(graph, dropped)
     return len(dropped)
 
 

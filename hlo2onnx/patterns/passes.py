@@ -14,7 +14,7 @@ from typing import Sequence
 import onnx
 import onnx_ir as ir
 
-from hlo2onnx.walk import subgraphs
+from hlo2onnx.graphs import detach, remove_detached, subgraphs
 
 _GRAPH_TYPES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
 _SEQUENCE_TYPES = (ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS)
@@ -45,7 +45,7 @@ def merge_common_subexpressions(model: ir.Model, nodes: Sequence[ir.Node] | None
     if merged:
         # Removed together: Graph.remove copies the graph's outputs into a set on every call (a gradient has
         # thousands). The merged nodes read nothing any more, as onnx-ir's immediate removal leaves them.
-        graph.remove(merged, safe=True)
+        remove_detached(graph, merged)
     return len(merged)
 
 
@@ -91,8 +91,7 @@ def _replace_node(graph: ir.Graph, node: ir.Node, new_values) -> None:
                 new_value.name = output.name
                 graph.outputs[i] = new_value
     ir.convenience.replace_all_uses_with(old_values, new_values)
-    for i in range(len(node.inputs)):
-        node.replace_input_with(i, None)
+    detach(node)
 
 
 def remove_unused_nodes(model: ir.Model) -> bool:

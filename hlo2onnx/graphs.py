@@ -1,4 +1,4 @@
-"""Walks over a graph and the Loop/If/Scan bodies nested in it, asking only the nodes that can hold one.
+"""Walks over a graph and the Loop/If/Scan bodies nested in it, and the removal of many nodes at once.
 
 Reading a node's attributes costs ~1.5 us, and translation walks its graphs some twenty times: onnx-ir's own
 walks (Graph.all_nodes, subgraphs) read every node's attributes, these read those of the few nodes that can
@@ -6,7 +6,7 @@ hold a subgraph.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import onnx_ir as ir
 
@@ -31,10 +31,11 @@ def subgraphs(node: ir.Node) -> list[ir.Graph]:
     return found
 
 
-def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
-    """`graph` and every subgraph nested in it (Loop/If/Scan bodies), outer ones first."""
+def all_graphs(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> list[ir.Graph]:
+    """`graph` and every subgraph nested in it (Loop/If/Scan bodies), outer ones first. `nodes`: the graph's
+    nodes, when the caller listed them already."""
     found = [graph]
-    for node in graph:
+    for node in graph if nodes is None else nodes:
         if node.domain == "" and node.op_type not in CONTROL_FLOW:
             continue
         for sub in subgraphs(node):
@@ -50,3 +51,19 @@ def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
             continue
         for sub in subgraphs(node):
             yield from all_nodes(sub)
+
+
+def detach(node: ir.Node) -> None:
+    """What graph.remove(node, safe=True) does to the rest of the graph: `node` reads its inputs no more.
+
+    Passes that drop many nodes detach each at once and remove them together at the end (remove_detached):
+    graph.remove copies the graph's outputs into a set on every call, which made them quadratic in a
+    gradient's thousands of outputs."""
+    for i in range(len(node.inputs)):
+        node.replace_input_with(i, None)
+
+
+def remove_detached(graph: ir.Graph, nodes: Sequence[ir.Node]) -> None:
+    """graph.remove(nodes, safe=True) for nodes the caller detached after moving every use of their outputs
+    elsewhere (none is a graph output): what its checks would find and its second detach would do is known."""
+    graph.remove(nodes)
