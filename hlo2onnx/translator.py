@@ -42,7 +42,7 @@ _NO_RULE = {
 }
 
 
-@dataclass
+@dataclass(slots=True)  # one per op: slots make it cheaper to build and read
 class RuleContext:
     """What a rule sees besides its inputs: types, the builder, and the op itself."""
 

@@ -9,6 +9,8 @@ its inputs' shapes, a Reshape's is its constant target: nothing else is assumed.
 """
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 import onnx_ir as ir
 
@@ -39,12 +41,12 @@ def _reshaped(node: ir.Node) -> tuple[int, ...] | None:
     dims = [source[i] if d == 0 and i < len(source) else int(d) for i, d in enumerate(target.tolist())]
     if dims.count(-1) > 1:
         return None
-    total, known = int(np.prod(source)), int(np.prod([d for d in dims if d != -1]))
+    total, known = prod(source), prod(d for d in dims if d != -1)
     if -1 in dims:
         if known == 0 or total % known:
             return None
         dims[dims.index(-1)] = total // known
-    return tuple(dims) if int(np.prod(dims)) == total else None
+    return tuple(dims) if prod(dims) == total else None
 
 
 def fill_elementwise_shapes(model: ir.Model) -> int:

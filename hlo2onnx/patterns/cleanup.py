@@ -9,6 +9,7 @@ and the fusion patterns only need to know that one form.
 from __future__ import annotations
 
 import copy
+from math import prod
 from typing import Sequence
 
 import numpy as np
@@ -137,7 +138,7 @@ def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants, nodes: Sequence[i
             elif producer is not None and producer.op_type == "Expand" and producer.domain == "":
                 small = producer.inputs[0]
             elif (producer is not None and producer.op_type in _RESHAPES and producer.domain == ""
-                  and static_shape(producer.inputs[0]) is not None and np.prod(static_shape(producer.inputs[0])) == 1):
+                  and static_shape(producer.inputs[0]) is not None and prod(static_shape(producer.inputs[0])) == 1):
                 small = producer.inputs[0]  # one element broadcasts the same from any shape: a scalar's [1, 1]
             else:
                 continue
@@ -312,7 +313,7 @@ def _fold_constants(model: ir.Model) -> int:
                 or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())):
             continue
         out, sizes = static_shape(node.outputs[0]), [v.const_value.size for v in node.inputs]
-        if out is None or int(np.prod(out)) > min(_FOLD_MAX_ELEMENTS, max(sizes + [_FOLD_GROWTH_ALLOWANCE])):
+        if out is None or prod(out) > min(_FOLD_MAX_ELEMENTS, max(sizes + [_FOLD_GROWTH_ALLOWANCE])):
             continue
         inputs = [v.const_value.numpy() for v in node.inputs]
         key = _fold_key(node, inputs)
