@@ -406,8 +406,10 @@ def clean(model: ir.Model) -> None:
             changed += remove_unused(graph, nodes)
         if not changed:
             break
-    # onnx-ir's pass would drop callbacks run for their effects
-    if any(host_calls.is_host_call(node) for node in all_nodes(model.graph)):
+    # onnx-ir's pass would drop callbacks run for their effects. A model holding one imports their domain (the
+    # translator adds it), so one without it is not walked.
+    if host_calls.DOMAIN in model.graph.opset_imports and any(
+            host_calls.is_host_call(node) for node in all_nodes(model.graph)):
         for graph in all_graphs(model.graph):
             remove_unused(graph)
         drop_unread_initializers(model)
