@@ -19,13 +19,13 @@ from hlo2onnx import attrs as attr_codec
 from hlo2onnx import host_calls
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
+from hlo2onnx.graphs import all_nodes
 from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
 from hlo2onnx.provenance import tag_nodes
 from hlo2onnx.targets import Target
 from hlo2onnx.types import (TensorType, UnsupportedTypeError, is_complex, is_token, onnx_dtype, set_type,
                             tensor_type)
-from hlo2onnx.graphs import all_nodes
 
 _UNSEEN = object()
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
@@ -86,8 +86,8 @@ class Translator:
         self._types: dict[mlir.Type, TensorType] = {}
         self._lines: dict[mlir.Attribute, str | None] = {}
         # ids of the types above that are neither complex nor dynamic (an op of only those needs no checks), and
-        # each converted type's ONNX element type and dims (the TensorType itself is kept there, so its id stays
-        # its own).
+        # each type's ONNX element type and shape, made once (_set_type; the TensorType is kept in the entry, so
+        # its id stays its own). Both hold one entry per distinct type of the module.
         self._plain: set[int] = set()
         self._onnx_types: dict[int, tuple[TensorType, ir.DataType, ir.Shape]] = {}
         # Model metadata the rules record (jax.export's shape assertions), written into the model's metadata_props.
