@@ -123,8 +123,8 @@ class ProgressTranslator(Translator):
         self._last = 0.0
         self._total = _count_ops(self.functions, "main", {}) if progress else 0
 
-    def emit_op(self, op, name, inputs, b):
-        outputs = super().emit_op(op, name, inputs, b)
+    def emit_op(self, op, name, inputs, b, operands=None, results=None):
+        outputs = super().emit_op(op, name, inputs, b, operands, results)
         if self._progress is not None:
             self._done += 1
             now = time.perf_counter()

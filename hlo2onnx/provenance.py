@@ -10,6 +10,8 @@ from typing import Iterable, Sequence
 
 import onnx_ir as ir
 
+from hlo2onnx.graphs import can_hold_subgraphs, subgraphs
+
 SOURCE_OP, SOURCE_LOC = "hlo2onnx.op", "hlo2onnx.loc"
 RULE = "hlo2onnx.rule"  # the rewrite rule that made the node
 
@@ -17,15 +19,14 @@ RULE = "hlo2onnx.rule"  # the rewrite rule that made the node
 def tag_nodes(nodes: Iterable[ir.Node], op_name: str, where: str | None) -> None:
     """Marks `nodes` and the untagged nodes of their subgraphs (Loop/If bodies a rule built) as `op_name`'s."""
     for node in nodes:
-        if SOURCE_OP in node.metadata_props:
+        props = node.metadata_props
+        if SOURCE_OP in props:
             continue  # emitted by a nested op (a region's body)
-        node.metadata_props[SOURCE_OP] = op_name
+        props[SOURCE_OP] = op_name
         if where:
-            node.metadata_props[SOURCE_LOC] = where
-        for attr in node.attributes.values():
-            graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else (
-                attr.value if attr.type == ir.AttributeType.GRAPHS else [])
-            for graph in graphs:
+            props[SOURCE_LOC] = where
+        if can_hold_subgraphs(node):
+            for graph in subgraphs(node):
                 tag_nodes(graph, op_name, where)
 
 

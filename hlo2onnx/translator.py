@@ -19,11 +19,13 @@ from hlo2onnx import attrs as attr_codec
 from hlo2onnx import host_calls
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
+from hlo2onnx.graphs import all_nodes
 from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
 from hlo2onnx.provenance import tag_nodes
 from hlo2onnx.targets import Target
-from hlo2onnx.types import TensorType, UnsupportedTypeError, is_complex, is_token, set_type, tensor_type
+from hlo2onnx.types import (TensorType, UnsupportedTypeError, is_complex, is_token, onnx_dtype, set_type,
+                            tensor_type)
 
 _UNSEEN = object()
 _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
@@ -40,7 +42,7 @@ _NO_RULE = {
 }
 
 
-@dataclass
+@dataclass(slots=True)  # one per op: slots make it cheaper to build and read
 class RuleContext:
     """What a rule sees besides its inputs: types, the builder, and the op itself."""
 
@@ -83,6 +85,11 @@ class Translator:
         # hash is its Python object's).
         self._types: dict[mlir.Type, TensorType] = {}
         self._lines: dict[mlir.Attribute, str | None] = {}
+        # ids of the types above that are neither complex nor dynamic (an op of only those needs no checks), and
+        # each type's ONNX element type and shape, made once (_set_type; the TensorType is kept in the entry, so
+        # its id stays its own). Both hold one entry per distinct type of the module.
+        self._plain: set[int] = set()
+        self._onnx_types: dict[int, tuple[TensorType, ir.DataType, ir.Shape]] = {}
         # Model metadata the rules record (jax.export's shape assertions), written into the model's metadata_props.
         self.metadata: dict[str, str] = {}
 
@@ -111,7 +118,7 @@ class Translator:
         graph.outputs.extend(self._graph_outputs(results, builder, used_names))
         model = ir.Model(graph, ir_version=IR_VERSION, producer_name="hlo2onnx")
         model.metadata_props.update(self.metadata)
-        if any(host_calls.is_host_call(node) for node in graph.all_nodes()):
+        if any(host_calls.is_host_call(node) for node in all_nodes(graph)):
             last_effect = host_calls.order_effects(graph)
             if not graph.outputs and last_effect is not None:
                 # A function run only for its effects (jax.debug.print) still needs one output for ORT to run:
@@ -144,18 +151,28 @@ class Translator:
 
         `overrides` replaces the rule of the ops whose first result it names (loop rewrites use it).
         """
-        env = ChainMap(dict(zip(block.arguments, args)), self._env)
-        outer, self._env = self._env, env
+        local = dict(zip(block.arguments, args))
+        outer = self._env
+        # An op's region reads the values of the enclosing blocks too (through the chain); most reads are of the
+        # block's own values, looked up in its dict first (a ChainMap lookup costs ~1 us more).
+        env = ChainMap(local, outer) if outer else local
+        self._env = env
         try:
             for op in block.operations:
-                name = op.operation.name
+                operation = op.operation
+                name = operation.name
+                operands = operation.operands
+                try:
+                    inputs = [local[v] for v in operands]
+                except KeyError:
+                    inputs = [env[v] for v in operands]
                 if name in _TERMINATORS:
-                    return [env[v] for v in op.operands]
-                inputs = [env[v] for v in op.operands]
-                override = overrides.get(op.results[0]) if overrides and len(op.results) else None
-                outputs = override(b, inputs) if override else self.emit_op(op, name, inputs, b)
-                for result, value in zip(op.results, outputs):
-                    env[result] = value
+                    return inputs
+                results = operation.results
+                override = overrides.get(results[0]) if overrides and len(results) else None
+                outputs = override(b, inputs) if override else self.emit_op(op, name, inputs, b, operands, results)
+                for result, value in zip(results, outputs):
+                    local[result] = value
         finally:
             self._env = outer
         raise Hlo2OnnxError("block without terminator")
@@ -172,41 +189,53 @@ class Translator:
             line = self._lines[key] = source_line(location)
         return line
 
-    def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder) -> list[ir.Value]:
+    def emit_op(self, op: mlir.OpView, name: str, inputs: list[ir.Value], b: Builder,
+                operands: Sequence[mlir.Value] | None = None,
+                results: Sequence[mlir.Value] | None = None) -> list[ir.Value]:
+        """Emits `op` through its rule. `operands` and `results`: the op's own, when the caller has them (the
+        bindings build new Python objects on every read)."""
         checkpoint()  # a Ctrl-C taken by the guard (hlo2onnx.interrupts) is raised between ops
         if name not in RULES and name not in COMPLEX_RULES:
             raise UnsupportedOpError(name, self.where(op), _NO_RULE.get(name, "no translation rule"))
-        ctx = RuleContext(b, op.operation, [self._type_of(v, name, op) for v in op.operands],
-                          [self._type_of(r, name, op) for r in op.results], self)
+        operation = op.operation
+        type_of = self._type_of
+        in_types = [type_of(v, name, op) for v in (operation.operands if operands is None else operands)]
+        out_types = [type_of(r, name, op) for r in (operation.results if results is None else results)]
+        ctx = RuleContext(b, operation, in_types, out_types, self)
         # The one dispatch point for complex values: their rules see complex types and float-pair inputs.
         rule = RULES.get(name)
-        # Custom calls keep their own dispatch, which names the call target in its refusals.
-        if name != "stablehlo.custom_call" and any(is_complex(t.dtype) for t in ctx.in_types + ctx.out_types):
-            rule = COMPLEX_RULES.get(name)
-            if rule is None:
-                raise UnsupportedOpError(name, self.where(op), "complex operands are not supported")
-        if name not in DYNAMIC_OK and any(d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
-            raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
-        if ctx.out_types and all(_empty(t) for t in ctx.out_types) and "has_side_effect" not in op.attributes:
+        plain = self._plain
+        if not (plain.issuperset(map(id, in_types)) and plain.issuperset(map(id, out_types))):
+            # Custom calls keep their own dispatch, which names the call target in its refusals.
+            if name != "stablehlo.custom_call" and any(is_complex(t.dtype) for t in in_types + out_types):
+                rule = COMPLEX_RULES.get(name)
+                if rule is None:
+                    raise UnsupportedOpError(name, self.where(op), "complex operands are not supported")
+            if name not in DYNAMIC_OK and any(d < 0 for t in in_types + out_types for d in t.shape):
+                raise UnsupportedOpError(name, ctx.where, "dynamic dimensions are not supported for this op")
+        if out_types and all(_empty(t) for t in out_types) and "has_side_effect" not in operation.attributes:
             # Results with no elements hold no data, whatever the op: empty constants of their types, and no
             # kernel for ORT to refuse on empty inputs. An op with one non-empty result runs its rule as usual.
             self.op_counts[name] = self.op_counts.get(name, 0) + 1
-            return [b.const(np.zeros(t.storage.shape, t.storage.dtype)) for t in ctx.out_types]
-        emitted = len(b.graph)
+            return [b.const(np.zeros(t.storage.shape, t.storage.dtype)) for t in out_types]
+        graph = b.graph
+        emitted = len(graph)
         try:
-            outputs = rule(ctx, *inputs, **attr_codec.decode_all(op))
+            outputs = rule(ctx, *inputs, **attr_codec.decode_all(operation))
         except Hlo2OnnxError:
             raise
         except (NotImplementedError, UnsupportedTypeError) as e:
             raise UnsupportedOpError(name, self.where(op), str(e)) from None
         outputs = [outputs] if isinstance(outputs, ir.Value) else list(outputs)
-        if len(outputs) != len(ctx.out_types):
-            raise AssertionError(f"rule for {name} returned {len(outputs)} values, expected {len(ctx.out_types)}")
-        for value, ttype in zip(outputs, ctx.out_types):
+        if len(outputs) != len(out_types):
+            raise AssertionError(f"rule for {name} returned {len(outputs)} values, expected {len(out_types)}")
+        for value, ttype in zip(outputs, out_types):
             if value.type is None:
-                set_type(value, ttype)
+                self._set_type(value, ttype)
         self.op_counts[name] = self.op_counts.get(name, 0) + 1
-        tag_nodes(itertools.islice(reversed(b.graph), len(b.graph) - emitted), name, ctx.where)
+        made = len(graph) - emitted
+        if made:  # the source line is looked up only for ops that made nodes (constants make initializers)
+            tag_nodes(itertools.islice(reversed(graph), made), name, self.where(op))
         return outputs
 
     def call(self, callee: str, args: Sequence[ir.Value], b: Builder, where: str | None = None) -> list[ir.Value]:
@@ -227,10 +256,24 @@ class Translator:
             return found
         try:
             found = self._types[mlir_type] = tensor_type(mlir_type)
-            return found
         except (UnsupportedTypeError, ValueError) as e:
             where = self.where(op) if op is not None else None
             raise UnsupportedOpError(name, where, f"type {value.type}: {e}") from None
+        if not is_complex(found.dtype) and min(found.shape, default=0) >= 0:
+            self._plain.add(id(found))  # kept alive by self._types
+        return found
+
+    def _set_type(self, value: ir.Value, ttype: TensorType) -> None:
+        """types.set_type, with the ONNX element type and shape of each TensorType made once: the shape is a
+        frozen ir.Shape that all values of the type share (as onnx-ir shares a tensor's shape with the values it
+        initializes), which also spares the collector three objects a value."""
+        converted = self._onnx_types.get(id(ttype))
+        if converted is None:
+            storage = ttype.storage
+            shape = ir.Shape([d if d >= 0 else None for d in storage.shape], frozen=True)
+            converted = self._onnx_types[id(ttype)] = (ttype, onnx_dtype(storage.dtype), shape)
+        value.type = ir.TensorType(converted[1])
+        value.shape = converted[2]
 
 
 def _empty(ttype: TensorType) -> bool:

@@ -9,6 +9,8 @@ its inputs' shapes, a Reshape's is its constant target: nothing else is assumed.
 """
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 import onnx_ir as ir
 
@@ -39,12 +41,12 @@ def _reshaped(node: ir.Node) -> tuple[int, ...] | None:
     dims = [source[i] if d == 0 and i < len(source) else int(d) for i, d in enumerate(target.tolist())]
     if dims.count(-1) > 1:
         return None
-    total, known = int(np.prod(source)), int(np.prod([d for d in dims if d != -1]))
+    total, known = prod(source), prod(d for d in dims if d != -1)
     if -1 in dims:
         if known == 0 or total % known:
             return None
         dims[dims.index(-1)] = total // known
-    return tuple(dims) if int(np.prod(dims)) == total else None
+    return tuple(dims) if prod(dims) == total else None
 
 
 def fill_elementwise_shapes(model: ir.Model) -> int:
@@ -52,16 +54,16 @@ def fill_elementwise_shapes(model: ir.Model) -> int:
     count = 0
     for graph in all_graphs(model.graph):
         for node in graph:
-            if node.domain != "" or len(node.outputs) != 1 or static_shape(node.outputs[0]) is not None:
+            op_type = node.op_type
+            if (op_type != "Reshape" and op_type not in ELEMENTWISE) or node.domain != "" or len(node.outputs) != 1 \
+                    or static_shape(node.outputs[0]) is not None:
                 continue
             out = node.outputs[0]
-            if node.op_type == "Reshape":
+            if op_type == "Reshape":
                 shape = _reshaped(node)
                 if shape is not None:
                     out.shape, out.type = ir.Shape(shape), out.type or node.inputs[0].type
                     count += 1
-                continue
-            if node.op_type not in ELEMENTWISE:
                 continue
             shapes = [static_shape(v) for v in node.inputs if v is not None]
             if not shapes or None in shapes:

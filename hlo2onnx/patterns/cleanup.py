@@ -9,17 +9,18 @@ and the fusion patterns only need to know that one form.
 from __future__ import annotations
 
 import copy
-from typing import Iterator
+from math import prod
+from typing import Sequence
 
 import numpy as np
 import onnx
 import onnx.reference.ops
 import onnx_ir as ir
-import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter.rules import common as common_rules
 
 from hlo2onnx import host_calls
-from hlo2onnx.patterns import engine
+from hlo2onnx.graphs import all_graphs, all_nodes, detach, remove_detached  # noqa: F401  (imported from here too)
+from hlo2onnx.patterns import engine, passes
 
 # Elementwise ops with numpy (multidirectional) broadcasting.
 BROADCASTING = frozenset({
@@ -58,16 +59,6 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     if value is None or value.const_value is None:
         return None
     return value.const_value.numpy()
-
-
-def detach(node: ir.Node) -> None:
-    """What graph.remove(node, safe=True) does to the rest of the graph: `node` reads its inputs no more.
-
-    Passes that drop many nodes detach each at once and remove them together at the end (graph.remove copies
-    the graph's outputs into a set on every call: one node at a time, that made the passes quadratic in a
-    gradient's thousands of outputs)."""
-    for i in range(len(node.inputs)):
-        node.replace_input_with(i, None)
 
 
 class ScalarConstants:
@@ -116,31 +107,38 @@ def splat_of(value: ir.Value) -> np.ndarray | None:
 
 
 _RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten"})
+# The producers through which an input that is not a constant can be a splat or hold something smaller.
+_SMALL_SOURCES = _RESHAPES | {"Expand", "ConstantOfShape"}
 
 
-def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants) -> int:
+def drop_broadcasts(graph: ir.Graph, scalars: ScalarConstants, nodes: Sequence[ir.Node] | None = None) -> int:
     """Feeds broadcasting ops the small operand of an Expand, or a scalar instead of a splat.
 
-    Valid when the op's own broadcasting still yields its static output shape.
+    Valid when the op's own broadcasting still yields its static output shape. `nodes`: the graph's nodes in
+    order, when the caller listed them already (those since removed are skipped).
     """
     count = 0
-    for node in graph:
-        if node.op_type not in BROADCASTING or node.domain != "":
+    for node in graph if nodes is None else nodes:
+        if node.op_type not in BROADCASTING or node.domain != "" or node.graph is not graph:
             continue
         out = static_shape(node.outputs[0])
         if out is None:
             continue
         for i, x in enumerate(node.inputs):
-            if x is None or static_shape(x) == ():
+            if x is None:
                 continue
             producer = x.producer()
+            if x.const_value is None and (producer is None or producer.op_type not in _SMALL_SOURCES):
+                continue  # neither a splat nor a broadcast or reshape of something smaller (splat_of says None)
+            if static_shape(x) == ():
+                continue
             splat = splat_of(x)
             if splat is not None:
                 small = scalars.get(splat)
             elif producer is not None and producer.op_type == "Expand" and producer.domain == "":
                 small = producer.inputs[0]
             elif (producer is not None and producer.op_type in _RESHAPES and producer.domain == ""
-                  and static_shape(producer.inputs[0]) is not None and np.prod(static_shape(producer.inputs[0])) == 1):
+                  and static_shape(producer.inputs[0]) is not None and prod(static_shape(producer.inputs[0])) == 1):
                 small = producer.inputs[0]  # one element broadcasts the same from any shape: a scalar's [1, 1]
             else:
                 continue
@@ -191,6 +189,10 @@ def _no_op_result(node: ir.Node) -> ir.Value | None:
     elif node.op_type == "Cast":
         return ins[0] if ins[0].dtype is not None and ins[0].dtype == out.dtype else None
     return None
+
+
+# The ops drop_no_ops may drop: those _no_op_result knows, and the reshapes of a reduction.
+_MAYBE_NO_OP = frozenset(_NEUTRAL) | {"Where", "Reshape", "Expand", "Identity", "Transpose", "Cast", "Unsqueeze"}
 
 
 def _keep_reduced_dims(node: ir.Node) -> ir.Value | None:
@@ -244,16 +246,18 @@ def _scalar_no_op(node: ir.Node, result: ir.Value) -> bool:
     return len(other) == 1 and static_shape(other[0]) == () and result.shape.rank() == out.shape.rank()
 
 
-def drop_no_ops(graph: ir.Graph) -> int:
-    """Drops no-op nodes (same shape and dtype in and out); returns how many."""
+def drop_no_ops(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> int:
+    """Drops no-op nodes (same shape and dtype in and out); returns how many. `nodes`: as drop_broadcasts."""
     dropped = []
-    for node in list(graph):
-        if node.domain != "" or len(node.outputs) != 1 or node.outputs[0].is_graph_output():
+    for node in list(graph) if nodes is None else nodes:
+        op_type = node.op_type
+        if op_type not in _MAYBE_NO_OP or node.domain != "" or len(node.outputs) != 1 \
+                or node.outputs[0].is_graph_output() or node.graph is not graph:
             continue
         out = node.outputs[0]
-        if node.op_type == "Reshape" and (kept := _keep_reduced_dims(node)) is not None:
+        if op_type == "Reshape" and (kept := _keep_reduced_dims(node)) is not None:
             result = kept
-        elif node.op_type == "Unsqueeze" and (kept := _unsqueeze_reduced_dims(node)) is not None:
+        elif op_type == "Unsqueeze" and (kept := _unsqueeze_reduced_dims(node)) is not None:
             result = kept
         else:
             result = _no_op_result(node)
@@ -266,7 +270,7 @@ def drop_no_ops(graph: ir.Graph) -> int:
         detach(node)
         dropped.append(node)
     if dropped:
-        graph.remove(dropped, safe=True)
+        remove_detached(graph, dropped)
     return len(dropped)
 
 
@@ -300,13 +304,16 @@ def _fold_constants(model: ir.Model) -> int:
     # transformer reshapes the same scalars), and the reference op costs ~0.1 ms a call.
     evaluated: dict[tuple | None, np.ndarray | None] = {}
     for node in list(graph):
-        if (node.domain != "" or node.op_type in _NO_FOLD or not node.inputs or len(node.outputs) != 1
+        inputs = node.inputs
+        if not inputs or inputs[0] is None or inputs[0].const_value is None:
+            continue  # the common case, first: an input that is not a constant
+        if (node.domain != "" or node.op_type in _NO_FOLD or len(node.outputs) != 1
                 or node.outputs[0].is_graph_output()
-                or any(v is None or v.const_value is None for v in node.inputs)
+                or any(v is None or v.const_value is None for v in inputs)
                 or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())):
             continue
         out, sizes = static_shape(node.outputs[0]), [v.const_value.size for v in node.inputs]
-        if out is None or int(np.prod(out)) > min(_FOLD_MAX_ELEMENTS, max(sizes + [_FOLD_GROWTH_ALLOWANCE])):
+        if out is None or prod(out) > min(_FOLD_MAX_ELEMENTS, max(sizes + [_FOLD_GROWTH_ALLOWANCE])):
             continue
         inputs = [v.const_value.numpy() for v in node.inputs]
         key = _fold_key(node, inputs)
@@ -338,7 +345,7 @@ def _fold_constants(model: ir.Model) -> int:
         detach(node)
         folded_nodes.append(node)
     if folded_nodes:
-        graph.remove(folded_nodes, safe=True)
+        remove_detached(graph, folded_nodes)
     return len(folded_nodes)
 
 
@@ -383,56 +390,31 @@ def clean(model: ir.Model) -> None:
     for _ in range(4):
         with _CLEAN_RULES.borrow("clean") as rules:
             changed = sum(engine.apply_rules(model, rules).values())
-        changed += common_passes.CommonSubexpressionEliminationPass()(model).modified
-        for graph in all_graphs(model.graph):
-            changed += drop_broadcasts(graph, scalars) + drop_no_ops(graph)
+        # Each graph's nodes are listed once a round (a walk of onnx-ir's node list costs ~1 us a node); the
+        # passes skip the nodes an earlier one removed, and none of them adds nodes but the CSE, rarely (an
+        # Identity for a graph output), after which the list is taken again.
+        main = list(model.graph)
+        merged = passes.merge_common_subexpressions(model, main)  # onnx-ir's CSE pass, faster
+        if merged:
+            main = list(model.graph)
+        changed += merged
+        for graph in all_graphs(model.graph, main):
+            nodes = main if graph is model.graph else list(graph)
+            changed += drop_broadcasts(graph, scalars, nodes) + drop_no_ops(graph, nodes)
             if graph is not model.graph:
                 changed += eliminate_common_subexpressions(graph)
-            changed += remove_unused(graph)
+            changed += remove_unused(graph, nodes)
         if not changed:
             break
-    # onnx-ir's pass would drop callbacks run for their effects
-    if any(host_calls.is_host_call(node) for node in all_nodes(model.graph)):
+    # onnx-ir's pass would drop callbacks run for their effects. A model holding one imports their domain (the
+    # translator adds it), so one without it is not walked.
+    if host_calls.DOMAIN in model.graph.opset_imports and any(
+            host_calls.is_host_call(node) for node in all_nodes(model.graph)):
         for graph in all_graphs(model.graph):
             remove_unused(graph)
         drop_unread_initializers(model)
     else:
-        common_passes.RemoveUnusedNodesPass()(model)  # initializers and subgraphs too
-
-
-# The default-domain ops with graph attributes (ONNX's control flow); nodes of other domains may have them too.
-# all_graphs asks only these nodes: reading a node's attributes costs ~1 us, and it runs ~10 times a translation.
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-
-
-def all_graphs(graph: ir.Graph) -> list[ir.Graph]:
-    """`graph` and every subgraph nested in it (Loop/If/Scan bodies), outer ones first."""
-    found = [graph]
-    for node in graph:
-        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
-            continue
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                found.extend(all_graphs(attr.as_graph()))
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.as_graphs():
-                    found.extend(all_graphs(sub))
-    return found
-
-
-def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
-    """graph.all_nodes() (each node, then the nodes of its subgraphs), asking only the nodes that can hold a
-    subgraph for them (onnx-ir's iterator reads every node's attributes: ~5x slower)."""
-    for node in graph:
-        yield node
-        if node.domain == "" and node.op_type not in _CONTROL_FLOW:
-            continue
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from all_nodes(attr.as_graph())
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.as_graphs():
-                    yield from all_nodes(sub)
+        passes.remove_unused_nodes(model)  # onnx-ir's RemoveUnusedNodesPass: initializers and subgraphs too
 
 
 def eliminate_common_subexpressions(graph: ir.Graph) -> int:
@@ -458,15 +440,22 @@ def eliminate_common_subexpressions(graph: ir.Graph) -> int:
     return count
 
 
-def remove_unused(graph: ir.Graph) -> int:
-    """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects)."""
+def remove_unused(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> int:
+    """Drops nodes none of whose outputs is used (a quick DCE; only host callbacks have side effects).
+    `nodes`: as drop_broadcasts."""
     dropped = []
-    for node in reversed(list(graph)):
-        if not any(v.uses() or v.is_graph_output() for v in node.outputs) and not host_calls.pinned(node):
-            detach(node)  # its producers may go next
-            dropped.append(node)
+    for node in reversed(list(graph) if nodes is None else nodes):
+        if node.graph is not graph:
+            continue
+        for v in node.outputs:
+            if v.uses() or v.is_graph_output():
+                break
+        else:
+            if not host_calls.pinned(node):
+                detach(node)  # its producers may go next
+                dropped.append(node)
     if dropped:
-        graph.remove(dropped, safe=True)
+        remove_detached(graph, dropped)
     return len(dropped)
 
 

@@ -115,15 +115,16 @@ class CandidateIndex:
         self.by_op: dict[str, list[ir.Node]] = {}
         for node in graph:
             self.by_op.setdefault(node.op_type, []).append(node)
-        self._passing: dict[tuple, set[int]] = {}
+        self._passing: dict[tuple, list[tuple[int, ir.Node]]] = {}
 
-    def passing(self, signature: tuple) -> set[int]:
-        """The ids of the graph's nodes that may match `signature` (the nodes are kept alive by `by_op`)."""
+    def passing(self, signature: tuple) -> list[tuple[int, ir.Node]]:
+        """The graph's nodes that may match `signature`, each with its position in `by_op[signature[0]]`."""
         found = self._passing.get(signature)
         if found is None:
-            found = self._passing[signature] = {
-                id(node) for node in self.by_op.get(signature[0], ())
-                if node.graph is self.graph and _may_match(node, signature)}
+            graph = self.graph
+            found = self._passing[signature] = [
+                (position, node) for position, node in enumerate(self.by_op.get(signature[0], ()))
+                if node.graph is graph and _may_match(node, signature)]
         return found
 
     def rewritten(self, new_nodes: Sequence[ir.Node]) -> None:
@@ -140,37 +141,48 @@ def apply_rule(model: ir.Model, rule: pattern.RewriteRule, index: CandidateIndex
     inference results to reuse (see infer_shapes)."""
     graph, signature, count = model.graph, _signature(rule), 0
     if signature is None or index is None:
-        candidates, passing = list(graph), None
+        candidates, start = list(graph), 0
     else:
-        candidates, passing = list(index.by_op.get(signature[0], ())), index.passing(signature)
-    for node in candidates:
-        if passing is not None and not count:
-            if id(node) not in passing:  # the pre-check's answer: the graph is as it was when it was computed
-                continue
-        elif node.graph is not graph or not _may_match(node, signature):  # removed by an earlier rewrite
+        candidates = list(index.by_op.get(signature[0], ()))
+        # Up to the first rewrite the pre-check's answer holds (the graph is as it was when it was computed):
+        # only the nodes that passed are tried. After it, the remaining candidates are checked again.
+        start = len(candidates)
+        for position, node in index.passing(signature):
+            if _rewrite_at(model, rule, node, index, inferred):
+                count, start = 1, position + 1
+                break
+    for node in candidates[start:]:
+        if node.graph is not graph or not _may_match(node, signature):  # removed by an earlier rewrite
             continue
-        delta = rule.try_rewrite(model, graph, node)
-        if delta is None:
-            continue
-        for initializer in delta.new_initializers:
-            existing = graph.initializers.get(initializer.name)
-            if existing is initializer:
-                continue
-            if existing is not None:
-                # Rules name initializers after the value they rewrite (onnxscript's Reshape merge: "<out>/shape"),
-                # and a rewritten value keeps its name, so a second merge at the same value asks for the same
-                # name: the new initializer gets its own instead of being left out of the graph.
-                initializer.name = _free_name(initializer.name, graph.initializers)
-            graph.register_initializer(initializer)
-        basic_constant_propagation(delta.new_nodes)
-        inherit_sources(delta.match.nodes, delta.new_nodes, rule.name)
-        ir.convenience.replace_nodes_and_values(graph, node, delta.match.nodes, delta.new_nodes,
-                                                delta.match.outputs, delta.new_outputs)
-        infer_shapes(model, delta.new_nodes, inferred)
-        if index is not None:
-            index.rewritten(delta.new_nodes)
-        count += 1
+        count += _rewrite_at(model, rule, node, index, inferred)
     return count
+
+
+def _rewrite_at(model: ir.Model, rule: pattern.RewriteRule, node: ir.Node, index: CandidateIndex | None,
+                inferred: dict | None) -> bool:
+    """Rewrites the match of `rule` rooted at `node`, if there is one."""
+    graph = model.graph
+    delta = rule.try_rewrite(model, graph, node)
+    if delta is None:
+        return False
+    for initializer in delta.new_initializers:
+        existing = graph.initializers.get(initializer.name)
+        if existing is initializer:
+            continue
+        if existing is not None:
+            # Rules name initializers after the value they rewrite (onnxscript's Reshape merge: "<out>/shape"),
+            # and a rewritten value keeps its name, so a second merge at the same value asks for the same
+            # name: the new initializer gets its own instead of being left out of the graph.
+            initializer.name = _free_name(initializer.name, graph.initializers)
+        graph.register_initializer(initializer)
+    basic_constant_propagation(delta.new_nodes)
+    inherit_sources(delta.match.nodes, delta.new_nodes, rule.name)
+    ir.convenience.replace_nodes_and_values(graph, node, delta.match.nodes, delta.new_nodes,
+                                            delta.match.outputs, delta.new_outputs)
+    infer_shapes(model, delta.new_nodes, inferred)
+    if index is not None:
+        index.rewritten(delta.new_nodes)
+    return True
 
 
 def _free_name(name: str, taken) -> str:
@@ -207,8 +219,11 @@ def infer_shapes(model: ir.Model, nodes: Iterable[ir.Node] | None = None, memo: 
     inference goes through protobuf, ~0.1 ms a node."""
     opsets = model.opset_imports
     for node in model.graph if nodes is None else nodes:
-        if all(v.type is not None and v.shape is not None for v in node.outputs):
-            continue
+        for v in node.outputs:
+            if v.type is None or v.shape is None:
+                break
+        else:
+            continue  # every output typed and shaped already (most nodes: the translator sets them)
         inputs = [v for v in node.inputs if v is not None]
         if any(v.type is None for v in inputs) or any(a.type == ir.AttributeType.GRAPH
                                                       for a in node.attributes.values()):
@@ -251,11 +266,20 @@ _KEYED_ATTRIBUTES = frozenset({ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.
 
 
 def _inference_key(node: ir.Node, opsets) -> tuple | None:
-    """All that ONNX's inference reads of `node`: op, opset, plain attributes, and per input its type, shape,
-    small constant value and which earlier input has its name (inference sees inputs by name); None when an
-    attribute is of another kind."""
-    if any(a.type not in _KEYED_ATTRIBUTES for a in node.attributes.values()):
-        return None
+    """All that ONNX's inference reads of `node`: op, opset, attributes (plain ones by value, small tensors by
+    dtype, shape and bytes), and per input its type, shape, small constant value and which earlier input has
+    its name (inference sees inputs by name); None when an attribute is of another kind."""
+    attributes = []
+    for name, a in node.attributes.items():
+        if a.type in _KEYED_ATTRIBUTES:
+            attributes.append((name, a.type, repr(a.value)))
+        elif a.type == ir.AttributeType.TENSOR and a.value.size <= _INFERENCE_DATA_LIMIT:
+            data = _array_key(a.value)  # ConstantOfShape's fill
+            if data is None:
+                return None
+            attributes.append((name, a.type, data))
+        else:
+            return None
     names: dict[str, int] = {}
     inputs = []
     for i, v in enumerate(node.inputs):
@@ -265,10 +289,13 @@ def _inference_key(node: ir.Node, opsets) -> tuple | None:
         const = v.const_value
         data = None
         if const is not None and const.size <= _INFERENCE_DATA_LIMIT:
-            array = const.numpy()
-            if array.dtype.hasobject:
+            data = _array_key(const)
+            if data is None:
                 return None
-            data = (array.dtype, array.shape, array.tobytes())
         inputs.append((v.type, None if v.shape is None else v.shape.dims, data, names.setdefault(v.name, i)))
-    return (node.domain, node.op_type, opsets.get(node.domain), len(node.outputs),
-            tuple((name, a.type, repr(a.value)) for name, a in node.attributes.items()), tuple(inputs))
+    return (node.domain, node.op_type, opsets.get(node.domain), len(node.outputs), tuple(attributes), tuple(inputs))
+
+
+def _array_key(tensor: ir.TensorProtocol) -> tuple | None:
+    array = tensor.numpy()
+    return None if array.dtype.hasobject else (array.dtype, array.shape, array.tobytes())

@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.patterns.base import numpy_dtype
-from hlo2onnx.patterns.cleanup import const_array, detach, static_shape
+from hlo2onnx.patterns.cleanup import const_array, detach, remove_detached, static_shape
 from hlo2onnx.provenance import inherit_sources
 from hlo2onnx.targets import Target
 
@@ -118,8 +118,8 @@ def rewrite(graph: ir.Graph, rules: Mapping[str, NodeRule], target: Target | Non
         feeding = [v.producer() for v in node.inputs if v is not None and v.producer() is not None
                    and all(user is node for user, _ in v.uses())]
         inherit_sources([node, *feeding], emit.created, None)
-        detach(node)  # removed with the others at the end (see cleanup.detach)
+        detach(node)  # removed with the others at the end (see graphs.detach)
         replaced.append(node)
     if replaced:
-        graph.remove(replaced, safe=True)
+        remove_detached(graph, replaced)
     return len(replaced)
