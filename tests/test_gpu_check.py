@@ -1,7 +1,9 @@
 """benchmarks/gpu_check.sh as far as a machine without a GPU allows: staging chunks across commands and
 refusing a missing or damaged one (the GPU run itself: README, ort-cuda)."""
 import hashlib
+import io
 import os
+import tarfile
 import subprocess
 
 import pytest
@@ -31,20 +33,32 @@ WHEEL = b"PK not really a wheel, only bytes to reassemble " * 1000
 SUMS = f"{hashlib.sha256(WHEEL).hexdigest()}  ./pkg-1.0-py3-none-any.whl\n".encode()
 
 
+def _stream() -> bytes:
+    """The wheels as benchmarks/gpu_wheels.sh streams them: one uncompressed tar, cut into chunks."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("./pkg-1.0-py3-none-any.whl")
+        info.size = len(WHEEL)
+        tar.addfile(info, io.BytesIO(WHEEL))
+    return buffer.getvalue()
+
+
 def test_chunks_staged_across_commands_are_reassembled_and_checked(tmp_path):
-    half = len(WHEEL) // 2
-    first = _run(tmp_path, "stage", chunks={"SHA256SUMS": SUMS, "pkg-1.0-py3-none-any.whl.part-00": WHEEL[:half]})
+    stream = _stream()
+    half = len(stream) // 2
+    first = _run(tmp_path, "stage", chunks={"SHA256SUMS": SUMS, "PARTS": b"2\n", "wheels.tar.part-00": stream[:half]})
     assert first.returncode == 0, first.stderr
     # The second command carries only the last chunk; the stage kept the first.
-    second = _run(tmp_path, chunks={"pkg-1.0-py3-none-any.whl.part-01": WHEEL[half:]})
+    second = _run(tmp_path, chunks={"wheels.tar.part-01": stream[half:]})
     assert "pkg-1.0-py3-none-any.whl: OK" in second.stdout  # sha256sum's verdict on the reassembled wheel
     assert (tmp_path / "stage" / "pkg-1.0-py3-none-any.whl").read_bytes() == WHEEL
 
 
 @pytest.mark.parametrize("chunks, message", [
-    ({}, "no .gpu/SHA256SUMS carried"),
-    ({"SHA256SUMS": SUMS, "pkg-1.0-py3-none-any.whl.part-00": WHEEL[:100]}, "a chunk is missing or damaged"),
-])
+    ({}, "no .gpu/SHA256SUMS and .gpu/PARTS carried"),
+    ({"SHA256SUMS": SUMS, "PARTS": b"2\n", "wheels.tar.part-00": _stream()[:100]}, "a chunk is missing or damaged"),
+    ({"SHA256SUMS": SUMS, "PARTS": b"1\n", "wheels.tar.part-00": _stream()[:-3000]}, "a chunk is missing or damaged"),
+], ids=["no manifest", "missing chunk", "damaged chunk"])
 def test_a_missing_manifest_or_chunk_stops_before_installing(tmp_path, chunks, message):
     result = _run(tmp_path, chunks=chunks)
     assert result.returncode == 2
