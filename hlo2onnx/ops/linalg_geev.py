@@ -47,15 +47,13 @@ _EXCEPTIONAL = 0.75  # its size, in units of the last subdiagonal entry (zlahqr'
 def geev(ctx: RuleContext, a, *, compute_left: int = ord("V"), compute_right: int = ord("V")):
     """Real routines return (wr, wi, vl, vr, info), complex ones (w, vl, vr, info); vl and vr are complex
     either way, zero when not asked for."""
-    b, in_type = ctx.b, ctx.in_types[0]
+    b = ctx.b
     *value_types, t_vl, t_vr, t_info = ctx.out_types
     real = len(value_types) == 2
-    dtype = compute_dtype(real_dtype(in_type.dtype))
-    n, batch = in_type.shape[-1], prod(in_type.shape[:-2])
-    if batch * n == 0:
+    square = read_square(ctx, a, t_info)
+    if square is None:
         return empty_results(b, ctx.out_types)
-    x = planes(b, a, in_type, 2, dtype)
-    info = nonfinite_info(b, x, dtype, t_info)
+    dtype, n, batch, x, info = square
     if real:
         x = [x[0], b.splat(0, dtype, (batch, n, n))]
     scale = safe_scale(b, x, dtype)
@@ -93,6 +91,18 @@ def _eigenvectors(b: Builder, t: Planes, z: Planes, w: Planes, norm: ir.Value, b
     w = [reversed_axes(b, w[0], [2]), b.op("Neg", reversed_axes(b, w[1], [2]))]
     y = flip(_triangular_vectors(b, flip(adjoint(b, t)), w, reversed_axes(b, smin, [2]), batch, n, dtype))
     return _normalized(b, matmul(b, z, y), dtype)
+
+
+def read_square(ctx: RuleContext, a: ir.Value, t_info: TensorType):
+    """What geev and gees read of their (batch of) square matrices: (compute dtype, n, batch, planes, LAPACK's
+    info for non-finite input), or None when the input is empty."""
+    in_type = ctx.in_types[0]
+    dtype = compute_dtype(real_dtype(in_type.dtype))
+    n, batch = in_type.shape[-1], prod(in_type.shape[:-2])
+    if batch * n == 0:
+        return None
+    x = planes(ctx.b, a, in_type, 2, dtype)
+    return dtype, n, batch, x, nonfinite_info(ctx.b, x, dtype, t_info)
 
 
 def safe_scale(b: Builder, x: Planes, dtype: np.dtype) -> ir.Value:

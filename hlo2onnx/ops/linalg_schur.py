@@ -19,21 +19,18 @@ jax refuses sort_eig_vals itself ("not implemented"), so gees always comes with 
 """
 from __future__ import annotations
 
-from math import prod
-
 import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
-from hlo2onnx.ops.linalg_geev import complex_schur, safe_scale
-from hlo2onnx.ops.linalg_kit import (compute_dtype, diagonal, empty_results, eye, iota, join, larfg, loop,
-                                      loop_step, loop_until, nonfinite_info, planes, set_column, sum_squares,
-                                      transposed, unflat)
+from hlo2onnx.ops.linalg_geev import complex_schur, read_square, safe_scale
+from hlo2onnx.ops.linalg_kit import (diagonal, empty_results, eye, iota, join, larfg, loop, loop_step, loop_until,
+                                      set_column, sum_squares, transposed, unflat)
 from hlo2onnx.ops.linalg_reduce import hessenberg_reduce
 from hlo2onnx.ops.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
-from hlo2onnx.types import TensorType, real_dtype
+from hlo2onnx.types import TensorType
 
 _KEXSH = 10  # dlahqr: steps without a deflation before an exceptional shift
 _DAT1, _DAT2 = 0.75, -0.4375  # the exceptional shift's 2 x 2
@@ -46,14 +43,12 @@ def gees(ctx: RuleContext, a, *, mode: int = ord("V"), sort: int = ord("N")):
     if sort != ord("N"):
         raise NotImplementedError(f"gees with sorted eigenvalues (sort={chr(sort)!r}; jax refuses sort_eig_vals "
                                   "itself)")
-    b, in_type = ctx.b, ctx.in_types[0]
+    b = ctx.b
     t_t, t_z, *value_types, t_sdim, t_info = ctx.out_types
-    dtype = compute_dtype(real_dtype(in_type.dtype))
-    n, batch = in_type.shape[-1], prod(in_type.shape[:-2])
-    if batch * n == 0:
+    square = read_square(ctx, a, t_info)
+    if square is None:
         return empty_results(b, ctx.out_types)
-    x = planes(b, a, in_type, 2, dtype)
-    info = nonfinite_info(b, x, dtype, t_info)
+    dtype, n, batch, x, info = square
     scale = safe_scale(b, x, dtype)  # (B, 1, 1), as dgees scales A into the safe range
     x = [b.op("Div", v, scale) for v in x]
     if len(x) == 1:
