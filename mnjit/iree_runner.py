@@ -8,9 +8,10 @@ Compiled modules are kept per model and flags in-process (`compiled`), so a mode
 signature's runner or another mnjit function, is not compiled twice.
 
 Buffers cross by DLPack both ways where IREE allows: jax arrays on the backend's device are imported into
-IREE without a copy (HalDevice.from_dlpack_capsule), and IREE's results become jax arrays over IREE's buffers
-(create_dlpack_capsule). numpy leaves, complex values (float pairs in the model) and dtypes jax's DLPack
-does not take are copied once.
+IREE without a copy (HalDevice.from_dlpack_capsule). On the CPU, IREE's results become jax arrays over IREE's
+buffers (create_dlpack_capsule); on a GPU, whose driver exports no result buffer, each is copied on the device
+into one jax allocates. numpy leaves, complex values (float pairs in the model) and dtypes jax's DLPack does
+not take are copied once.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from iree.compiler.ir import Context
 from hlo2onnx import compat
 from hlo2onnx.compat import mark_weak
 from mnjit.iree_rewrite import for_iree
-from mnjit.runtime import CapsuleHolder, complex_as_pairs, host_to_jax, pairs_as_complex
+from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
 # iree-compile's flags for every backend: IREE's torch input pipeline demotes f64 to f32 unless told not to
 # (measured: an f64 Add came back as f32 bytes).
@@ -45,13 +46,12 @@ CUDA_ARCHS = (89, 86, 80, 75, 70, 61, 60)
 
 @dataclass(frozen=True)
 class Backend:
-    """Where IREE compiles for and runs: iree-compile's flags, the runtime driver, and the jax platform and
-    DLPack device type of the arrays that cross."""
+    """Where IREE compiles for and runs: iree-compile's flags, the runtime driver, and the jax platform of the
+    arrays that cross."""
 
     driver: str
     flags: tuple[str, ...]
     platform: str
-    dlpack_device: int
 
 
 # The host CPU's features give the vector width jax's own CPU code uses. IREE's task-pool driver: its
@@ -59,7 +59,7 @@ class Backend:
 # 0.35x jax.jit against 2.46x) and 10-15% slower on the MLP and transformer block, measured at load 8-10 on
 # 2 cores.
 CPU = Backend("local-task", ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                             "--iree-llvmcpu-target-cpu=host", *_NO_DEMOTION), "cpu", compat.KDL_CPU)
+                             "--iree-llvmcpu-target-cpu=host", *_NO_DEMOTION), "cpu")
 
 
 def cuda_backend(device: jax.Device) -> Backend:
@@ -70,7 +70,7 @@ def cuda_backend(device: jax.Device) -> Backend:
         raise IreeCompileError(f"IREE compiles for CUDA sm_{CUDA_ARCHS[-1]} and newer; {device} is "
                                f"sm_{major}{minor}")
     return Backend("cuda", ("--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{arch}", *_NO_DEMOTION),
-                   "gpu", compat.KDL_CUDA)
+                   "gpu")
 
 
 ENTRY = "main"  # the graph is renamed to this before import: the importer names the function after it
@@ -196,7 +196,6 @@ class IreeRunner:
         self._out_elements = [_ELEMENT.get(_COMPLEX.get(d, d)) for d in self._out_dtypes]
         self._weak = [i for i, a in enumerate(self.out_avals) if getattr(a, "weak_type", False)]
         self._jax_device = jax.devices(backend.platform)[0]
-        self._device_id = self._jax_device.local_hardware_id or 0
         # Whether DLPack crosses in each direction; set to the reason once it fails, and copies are made instead.
         self.copy_reason: dict[str, str] = {}
 
@@ -259,26 +258,26 @@ class IreeRunner:
         if view.element_type != element:
             # Same bytes, another reading (int32 for uint32): a new view of the buffer, not a copy.
             view = iree_rt.HalBufferView(view.get_buffer(), view.shape, element)
-        if dtype not in _COMPLEX and self.backend.dlpack_device == compat.KDL_CPU:
-            # Zero-copy: jax holds IREE's result buffer (copied only when it is not 64-byte aligned).
-            capsule = self._rt.device.create_dlpack_capsule(view, compat.KDL_CPU, 0)
-            return compat.dlpack_to_buffer(capsule, self._jax_device, None, None, compat.KDL_CPU)
-        if dtype not in _COMPLEX and 0 in shape:
-            return jnp.zeros(shape, dtype, device=self._jax_device)  # nothing to copy (IREE refuses empty copies)
-        if dtype not in _COMPLEX and "out" not in self.copy_reason:
-            try:
-                return self._device_copy(view, dtype, shape)
-            except (RuntimeError, ValueError) as e:  # the driver imports no jax buffer: through the host below
-                self.copy_reason["out"] = f"{type(e).__name__}: {e}"
+        on_cpu = self.backend.platform == "cpu"
+        if dtype not in _COMPLEX:
+            if on_cpu:  # zero-copy: jax holds IREE's result buffer (copied only when it is not 64-byte aligned)
+                capsule = self._rt.device.create_dlpack_capsule(view, compat.KDL_CPU, 0)
+                return compat.dlpack_to_buffer(capsule, self._jax_device, None, None, compat.KDL_CPU)
+            if 0 in shape:  # nothing to copy (IREE refuses empty copies)
+                return jnp.zeros(shape, dtype, device=self._jax_device)
+            if "out" not in self.copy_reason:
+                try:
+                    return self._device_copy(view, dtype, shape)
+                except (RuntimeError, ValueError) as e:  # the driver imports no jax buffer: through the host
+                    self.copy_reason["out"] = f"{type(e).__name__}: {e}"
         # Complex values (pairs in the model), or a device buffer IREE cannot hand over: one copy through the host.
-        if self.backend.platform == "cpu":
+        if on_cpu:
             host = np.array(view.map().asarray(shape, _COMPLEX.get(dtype, dtype)))
         else:
             host = np.asarray(iree_rt.DeviceArray(self._rt.device, view, implicit_host_transfer=True).to_host())
         if dtype in _COMPLEX:
             host = pairs_as_complex(host.view(_COMPLEX[dtype]), dtype)
-        return host_to_jax(host, self._jax_device) if self.backend.platform == "cpu" \
-            else jax.device_put(host, self._jax_device)
+        return host_to_jax(host, self._jax_device) if on_cpu else jax.device_put(host, self._jax_device)
 
     def _device_copy(self, view: iree_rt.HalBufferView, dtype: np.dtype, shape: tuple) -> jax.Array:
         """The result copied on the device into a new jax array's buffer. IREE's CUDA driver (3.13) exports
