@@ -75,8 +75,13 @@ _NARROW_STEP = 28
 
 def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f64: TensorType | None = None) -> ir.Value:
     """r - q*y_k for q = floor(r / y_k) < 2^29, exactly, in [0, y_k), for y_k with 24 significant bits."""
-    rest = b.op("Sub", r, b.op("Mul", b.op("Floor", b.op("Div", r, y_k)), y_k))
-    return b.op("Add", rest, b.op("Where", b.op("Less", rest, b.const(0.0, F64)), y_k, b.const(0.0, F64)))
+    return _into_range(b, b.op("Sub", r, b.op("Mul", b.op("Floor", b.op("Div", r, y_k)), y_k)), y_k)
+
+
+def _into_range(b: Builder, rest: ir.Value, y_k: ir.Value) -> ir.Value:
+    """rest + y_k where rest < 0 (the quotient came out one too high), exactly: [0, y_k)."""
+    zero = b.const(0.0, F64)
+    return b.op("Add", rest, b.op("Where", b.op("Less", rest, zero), y_k, zero))
 
 
 def _reduce(b: Builder, r: ir.Value, y_k: ir.Value) -> ir.Value:
@@ -88,8 +93,7 @@ def _reduce(b: Builder, r: ir.Value, y_k: ir.Value) -> ir.Value:
     hi = b.op("Sub", split, b.op("Sub", split, y_k))
     lo = b.op("Sub", y_k, hi)
     q = b.op("Floor", b.op("Div", r, y_k))
-    rest = b.op("Sub", b.op("Sub", r, b.op("Mul", q, hi)), b.op("Mul", q, lo))
-    return b.op("Add", rest, b.op("Where", b.op("Less", rest, c(0.0)), y_k, c(0.0)))
+    return _into_range(b, b.op("Sub", b.op("Sub", r, b.op("Mul", q, hi)), b.op("Mul", q, lo)), y_k)
 
 
 def _one_step(b: Builder, ax: ir.Value, ay: ir.Value, f64: TensorType) -> ir.Value:
