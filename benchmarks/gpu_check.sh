@@ -49,10 +49,9 @@ fi
 export PYTHONPATH="$SITE:$PWD" JAX_PLATFORMS=cuda,cpu PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 
 step "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-"$PYTHON" -c 'import sys, jax, onnxruntime as ort, onnx, iree.runtime as rt
-print("Python", sys.version.split()[0], "| jax", jax.__version__, jax.devices(), "| onnx", onnx.__version__)
-print("onnxruntime", ort.__version__, ort.__file__, ort.get_available_providers())
+probe
+"$PYTHON" -c 'import onnxruntime as ort, onnx, iree.runtime as rt
+print("onnx", onnx.__version__, "| onnxruntime", ort.__version__, ort.__file__, ort.get_available_providers())
 print("IREE runtime drivers", rt.query_available_drivers())'
 
 status=0
