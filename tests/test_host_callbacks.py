@@ -316,6 +316,22 @@ def test_diffrax_tsit5_with_pid_controller(dfx):
     np.testing.assert_allclose(np.asarray(ys), np.asarray(ys_jit), rtol=2e-5, atol=2e-6)
 
 
+def test_diffrax_event_stops_the_solve(dfx):
+    """diffrax's documented bouncing-ball event: a Newton root find on the event condition inside the solve's
+    loop, under a cond. ORT lost an If condition hoisted out of that loop (hlo2onnx/ops/loop_analysis.py)."""
+    optx = pytest.importorskip("optimistix")
+
+    def fall(y0):
+        sol = dfx.diffeqsolve(dfx.ODETerm(lambda t, y, args: jnp.array([y[1], -9.81])), dfx.Tsit5(), 0.0, 10.0,
+                              0.01, y0, event=dfx.Event(lambda t, y, args, **kwargs: y[0], optx.Newton(1e-5, 1e-5)))
+        return sol.ts, sol.ys
+    y0 = jnp.array([10.0, 0.0])
+    (ts, ys), (ts_jit, ys_jit) = mnjit(fall)(y0), jax.jit(fall)(y0)
+    np.testing.assert_allclose(np.asarray(ts), np.asarray(ts_jit), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ys), np.asarray(ys_jit), rtol=1e-5, atol=1e-5)  # the height is ~0 there
+    np.testing.assert_allclose(np.asarray(ts), [np.sqrt(2 * 10.0 / 9.81)], rtol=1e-4)
+
+
 def test_diffrax_neural_ode_gradient(dfx):
     def loss(w, y0):
         term = dfx.ODETerm(lambda t, y, w: jnp.tanh(w @ y))

@@ -49,8 +49,11 @@ def hoist_invariants(sb: Builder, b: Builder, body_inputs: Sequence[ir.Value]) -
         # A nested Loop/If may read this body's values from its own subgraph: it stays.
         nested = any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
         # A callback runs once per iteration under jax.jit too (its function may count or print).
+        # An If's condition stays too: ORT 1.31-1.32 lost one hoisted out of a Loop that is itself inside an If
+        # branch ("Missing Input" at the If, at every optimization level; diffrax's event solve,
+        # tests/test_host_callbacks.py). A small model of that shape ran, so the exact trigger is unknown.
         if nested or node.op_type in _RANDOM or host_calls.is_host_call(node) \
-                or any(v in local for v in node.inputs if v is not None):
+                or any(v in local for v in node.inputs if v is not None) or _if_condition(node):
             local.update(node.outputs)
         else:  # names from the body's namer would clash in the outer graph
             sb.graph.remove(node)
@@ -59,6 +62,11 @@ def hoist_invariants(sb: Builder, b: Builder, body_inputs: Sequence[ir.Value]) -
                 value.name = f"{node.name}_{i}"
             b.graph.append(node)
             hoisted.append(node)
+
+
+def _if_condition(node: ir.Node) -> bool:
+    return any(user.op_type == "If" and user.domain == "" and index == 0
+               for value in node.outputs for user, index in value.uses())
 
 
 # -- following values through inlined calls ------------------------------------------------------------------
