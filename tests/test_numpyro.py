@@ -28,7 +28,7 @@ from mnjit import mnjit
 numpyro = pytest.importorskip("numpyro")
 dist = pytest.importorskip("numpyro.distributions")
 infer = pytest.importorskip("numpyro.infer")
-from numpyro.infer.autoguide import AutoNormal  # noqa: E402
+from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal  # noqa: E402
 from numpyro.infer.hmc import hmc  # noqa: E402
 from numpyro.infer.util import initialize_model  # noqa: E402
 
@@ -92,6 +92,41 @@ def _predictive():
     return lambda key: predictive(key, SIGMA), (_key(),)
 
 
+def ar1(y=None, steps=20):
+    """An AR(1) series through numpyro.contrib.control_flow.scan (the time-series examples)."""
+    from numpyro.contrib.control_flow import scan
+    phi = numpyro.sample("phi", dist.Uniform(-1, 1))
+    scale = numpyro.sample("scale", dist.HalfNormal(1.0))
+
+    def step(previous, observed):
+        value = numpyro.sample("y", dist.Normal(phi * previous, scale), obs=observed)
+        return value, value
+    scan(step, 0.0, y, length=steps)
+
+
+def gaussian_process(x, y=None):
+    """The Gaussian process example's RBF kernel: a Cholesky factor inside MultivariateNormal."""
+    var = numpyro.sample("var", dist.LogNormal(0.0, 1.0))
+    length = numpyro.sample("length", dist.LogNormal(0.0, 1.0))
+    noise = numpyro.sample("noise", dist.LogNormal(-2.0, 1.0))
+    k = var * jnp.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / length ** 2) + (noise + 1e-6) * jnp.eye(x.shape[0])
+    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(x.shape[0]), covariance_matrix=k), obs=y)
+
+
+def _value_and_grad(model, *args, **kwargs):
+    def build():
+        params, potential_fn, _, _ = initialize_model(_key(), model, model_args=args, model_kwargs=kwargs)
+        return jax.value_and_grad(potential_fn), (params.z,)
+    return build
+
+
+def _svi_mvn_guide():
+    """AutoMultivariateNormal: a scale_tril parameter, triangular solves in the ELBO's gradient."""
+    guide = AutoMultivariateNormal(eight_schools)
+    svi = infer.SVI(eight_schools, guide, numpyro.optim.Adam(0.01), infer.Trace_ELBO())
+    return lambda s: svi.update(s, SIGMA, OBSERVED), (svi.init(_key(), SIGMA, OBSERVED),)
+
+
 def _sampler(make, shape=(200,)):
     return lambda: (lambda key: make().sample(key, shape), (_key(),))
 
@@ -120,6 +155,10 @@ CASES = {
     "hmc_transition": (lambda: _transition("HMC", trajectory_length=1.0), 2e-5, 1e-11),
     "nuts_chain_3": (lambda: _chain(3), 2e-5, 1e-11),
     "svi_update": (_svi_update, 2e-5, 1e-11),
+    "svi_mvn_guide": (_svi_mvn_guide, 1e-4, 1e-10),
+    "ar1_scan_value_and_grad": (_value_and_grad(ar1, y=np.sin(np.arange(20.0))), 1e-5, 1e-12),
+    "gaussian_process_value_and_grad": (_value_and_grad(gaussian_process, np.linspace(0, 1, 15),
+                                                        np.sin(6 * np.linspace(0, 1, 15))), 1e-4, 1e-10),
     "svi_20_steps": (_svi_steps, 1e-4, 1e-10),
     "predictive": (_predictive, 2e-5, 1e-11),
 }
