@@ -136,9 +136,7 @@ def test_power_by_other_constants_and_variables_keeps_pow() -> None:
         assert "Pow" in {n.op_type for n in mnjit(f).lower(x).onnx_model.graph.node}
 
 
-@pytest.mark.parametrize("x64", [False, pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, reason="iree-cpu's f64 FIRE forces are ~1e-9 off jax.jit relative to their scale (ORT with this "
-                        "same remainder: 1e-16); cause not found (docs/runtime.md, IREE divergences)"))])
+@pytest.mark.parametrize("x64", [False, True])
 def test_jax_md_fire_step_on_iree(x64) -> None:
     """JAX-MD's FIRE step (periodic box: two remainders, a power by 2.0 and its gradient's alpha - 1) runs on
     IREE whole and matches jax.jit. An If branch that handed on a value computed outside it broke IREE's
