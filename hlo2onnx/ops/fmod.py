@@ -12,12 +12,15 @@ STEP bits at a time from the top. At step k, with y_k = |y| * 2^(STEP k):
   r - q*y_k, which lies in (-y_k, y_k) and fits in 53 bits; a negative one gets y_k added, exactly.
 
 Where every quotient is small (periodic boundaries, angles), one step does, and an If takes that branch: one
-elementwise pass. The other branch takes any quotient: each element's top step comes from logs, kept at or
-below log2(|x| / |y|) so that y_k never exceeds |x|, and an ONNX Loop runs the largest number of steps.
+elementwise pass. The test reads the operands as given (|x| < 2^bits |y| everywhere, one reduction), and each
+branch computes the whole remainder from them, so that IREE makes the one-step branch a single dispatch. The
+other branch takes any quotient: each element's top step comes from logs, kept at or below log2(|x| / |y|)
+so that y_k never exceeds |x|, and an ONNX Loop runs the largest number of steps.
 """
 from __future__ import annotations
 
 from functools import partial
+from typing import Callable
 
 import numpy as np
 import onnx_ir as ir
@@ -37,6 +40,33 @@ _LOW, _HIGH, _UNIT = 2.0 ** -800, 2.0 ** 900, 2.0 ** 200
 
 def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
     """fmod(x, y) of two float tensors of `ttype` (same shape), bit for bit as XLA computes it."""
+    narrow = np.dtype(ttype.dtype).itemsize <= 4
+    # The If's test, on the operands as given: no element has |x| >= 2^bits |y| (NaNs compare false; an
+    # infinite x, a zero y or a flushed subnormal one take the Loop, which is exact for every element). The
+    # product is exact or overflows (then the quotient is small), in f32 for the narrow formats (2^28 is past
+    # f16's range). Each branch computes the whole remainder from x and y, specials and sign included, so that
+    # the one-step branch is one elementwise pass over the narrow operands: IREE fuses it into one dispatch,
+    # where a branch that read f64 copies made outside it had them written to memory first (measured: the f32
+    # FIRE step on IREE 32 -> 12 ms, 9.6 with IREE's inexact Mod, load 5.5).
+    wide = np.dtype(np.float32) if narrow else F64
+    ax, ay = b.op("Abs", b.cast(x, wide)), b.op("Abs", b.cast(y, wide))
+    bits = _NARROW_STEP if narrow else STEP
+    large = b.op("GreaterOrEqual", ax, b.op("Mul", ay, b.const(2.0 ** bits, wide)))
+    # A count (exact to 2^24, and never 0 once one is found), which stays 0 on an empty tensor.
+    count = b.op("ReduceSum", b.op("Cast", large, to=ir.DataType.FLOAT), keepdims=0)
+    one_step = b.op("Less", count, b.const(0.5, np.float32))
+    branches = {}
+    for name, path in zip(("then_branch", "else_branch"), (_narrow_step if narrow else _one_step, _steps)):
+        sb = b.subgraph(f"fmod_{name[:4]}")
+        branches[name] = sb.finish_subgraph([], [_exact(sb, x, y, ttype, path)], [ttype])
+    result = b.ops("If", one_step, num_outputs=1, **branches)[0]
+    set_type(result, ttype)
+    return result
+
+
+def _exact(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType,
+           path: Callable[[Builder, ir.Value, ir.Value, TensorType], ir.Value]) -> ir.Value:
+    """fmod(x, y) in ttype, with `path` computing fmod(|x|, |y|) in f64 where both are regular."""
     f = partial(b.const, dtype=F64)
     xd, yd = b.cast(x, F64), b.cast(y, F64)
     ax, ay = b.op("Abs", xd), b.op("Abs", yd)
@@ -49,17 +79,7 @@ def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
     irregular = b.op("Or", nan_result, b.op("Less", ax, ay))
     one = f(1.0)
     ax_s, ay_s = b.op("Where", irregular, one, ax), b.op("Where", irregular, one, ay)
-    narrow = np.dtype(ttype.dtype).itemsize <= 4
-    flat = b.op("Concat", b.op("Reshape", b.op("Div", ax_s, ay_s), b.shape_const([-1])), b.const(np.ones(1)), axis=0)
-    limit = 2.0 ** (_NARROW_STEP if narrow else STEP)
-    one_step = b.op("Less", b.op("ReduceMax", flat, keepdims=0), f(limit))
-    f64 = TensorType(ttype.shape, F64)
-    branches = {}
-    for name, path in zip(("then_branch", "else_branch"), (_narrow_step if narrow else _one_step, _steps)):
-        sb = b.subgraph(f"fmod_{name[:4]}")
-        branches[name] = sb.finish_subgraph([], [path(sb, ax_s, ay_s, f64)], [f64])
-    remainder = b.ops("If", one_step, num_outputs=1, **branches)[0]
-    set_type(remainder, f64)
+    remainder = path(b, ax_s, ay_s, TensorType(ttype.shape, F64))
     magnitude = b.op("Where", irregular, b.op("Where", nan_result, f(np.nan), ax), remainder)
     # The sign of x, -0 included (1/-0 is -inf; 1/x of a huge negative x may flush to -0, hence both tests),
     # applied by a product: a Where would turn a -0 it selects into +0 on ORT (ops/elementwise.py).
@@ -73,7 +93,7 @@ def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
 _NARROW_STEP = 28
 
 
-def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f64: TensorType | None = None) -> ir.Value:
+def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f64: TensorType) -> ir.Value:
     """r - q*y_k for q = floor(r / y_k) < 2^29, exactly, in [0, y_k), for y_k with 24 significant bits."""
     return _into_range(b, b.op("Sub", r, b.op("Mul", b.op("Floor", b.op("Div", r, y_k)), y_k)), y_k)
 
