@@ -12,10 +12,11 @@ STEP bits at a time from the top. At step k, with y_k = |y| * 2^(STEP k):
   r - q*y_k, which lies in (-y_k, y_k) and fits in 53 bits; a negative one gets y_k added, exactly.
 
 Where every quotient is small (periodic boundaries, angles), one step does, and an If takes that branch: one
-elementwise pass. The test reads the operands as given (|x| < 2^bits |y| everywhere, one reduction), and each
-branch computes the whole remainder from them, so that IREE makes the one-step branch a single dispatch. The
-other branch takes any quotient: each element's top step comes from logs, kept at or below log2(|x| / |y|)
-so that y_k never exceeds |x|, and an ONNX Loop runs the largest number of steps.
+elementwise pass. Its test reads the operands as given: max|x| < 2^bits min|y| (reductions that IREE folds
+for a constant y), else, in the other branch, |x| < 2^bits |y| element by element, and a second If. Each
+branch computes the whole remainder from x and y, so that IREE makes the one-step branch a single dispatch.
+The looping branch takes any quotient: each element's top step comes from logs, kept at or below
+log2(|x| / |y|) so that y_k never exceeds |x|, and an ONNX Loop runs the largest number of steps.
 """
 from __future__ import annotations
 
@@ -40,26 +41,57 @@ _LOW, _HIGH, _UNIT = 2.0 ** -800, 2.0 ** 900, 2.0 ** 200
 
 def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
     """fmod(x, y) of two float tensors of `ttype` (same shape), bit for bit as XLA computes it."""
+    # Each branch computes the whole remainder from x and y, specials and sign included, so that the one-step
+    # branch is one elementwise pass over the narrow operands: IREE fuses it into one dispatch, where a branch
+    # that read f64 copies made outside it had them written to memory first (measured: the f32 FIRE step on
+    # IREE 32 -> 12 ms, 9.6 with IREE's inexact Mod, load 5.5).
+    xw, yw, limit = _wide(b, x, y, ttype)
+    # First max|x| < 2^bits min|y|: reductions over the operands flattened, folded away by IREE for y where y
+    # is a constant or the broadcast of one (a periodic box), so that the test reads x alone; max|x| as
+    # max(max x, -min x), which IREE computes in one dispatch reading x (a ReduceMax of |x| over a pair
+    # tensor's 3 axes had it write |x| out beside x, then reduce it in three). The product is exact or
+    # overflows (then every quotient is small); a NaN or a zero y fails the test.
+    flat = b.shape_const([-1])
+    xf = b.op("Reshape", xw, flat)
+    max_x = b.op("Max", b.op("ReduceMax", xf, keepdims=0), b.op("Neg", b.op("ReduceMin", xf, keepdims=0)))
+    min_y = b.op("ReduceMin", b.op("Abs", b.op("Reshape", yw, flat)), keepdims=0)
+    bounded = b.op("Less", max_x, b.op("Mul", min_y, limit))
+    return _if(b, bounded, ttype, lambda sb: _exact(sb, x, y, ttype, _first_step(ttype)),
+               lambda sb: _element_by_element(sb, x, y, ttype))
+
+
+def _wide(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """x and y for the If's tests, and 2^bits, where one step takes quotients below 2^bits: in f32 for the
+    narrow formats (2^28 is past f16's range), in f64 for f64."""
     narrow = np.dtype(ttype.dtype).itemsize <= 4
-    # The If's test, on the operands as given: no element has |x| >= 2^bits |y| (NaNs compare false; an
-    # infinite x, a zero y or a flushed subnormal one take the Loop, which is exact for every element). The
-    # product is exact or overflows (then the quotient is small), in f32 for the narrow formats (2^28 is past
-    # f16's range). Each branch computes the whole remainder from x and y, specials and sign included, so that
-    # the one-step branch is one elementwise pass over the narrow operands: IREE fuses it into one dispatch,
-    # where a branch that read f64 copies made outside it had them written to memory first (measured: the f32
-    # FIRE step on IREE 32 -> 12 ms, 9.6 with IREE's inexact Mod, load 5.5).
     wide = np.dtype(np.float32) if narrow else F64
-    ax, ay = b.op("Abs", b.cast(x, wide)), b.op("Abs", b.cast(y, wide))
-    bits = _NARROW_STEP if narrow else STEP
-    large = b.op("GreaterOrEqual", ax, b.op("Mul", ay, b.const(2.0 ** bits, wide)))
-    # A count (exact to 2^24, and never 0 once one is found), which stays 0 on an empty tensor.
-    count = b.op("ReduceSum", b.op("Cast", large, to=ir.DataType.FLOAT), keepdims=0)
-    one_step = b.op("Less", count, b.const(0.5, np.float32))
+    return b.cast(x, wide), b.cast(y, wide), b.const(2.0 ** (_NARROW_STEP if narrow else STEP), wide)
+
+
+def _first_step(ttype: TensorType) -> Callable[[Builder, ir.Value, ir.Value, TensorType], ir.Value]:
+    return _narrow_step if np.dtype(ttype.dtype).itemsize <= 4 else _one_step
+
+
+def _element_by_element(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
+    """fmod(x, y) in one step where no |x| >= 2^bits |y| (NaNs compare false; an infinite x, a zero y or a
+    flushed subnormal one take the Loop, which is exact for every element), else by the Loop. The count of
+    large quotients is exact to 2^24, never 0 once one is found, and 0 on an empty tensor."""
+    xw, yw, limit = _wide(b, x, y, ttype)
+    large = b.op("GreaterOrEqual", b.op("Abs", xw), b.op("Mul", b.op("Abs", yw), limit))
+    fits = b.op("Less", b.op("ReduceSum", b.op("Cast", large, to=ir.DataType.FLOAT), keepdims=0),
+                b.const(0.5, np.float32))
+    return _if(b, fits, ttype, lambda sb: _exact(sb, x, y, ttype, _first_step(ttype)),
+               lambda sb: _exact(sb, x, y, ttype, _steps))
+
+
+def _if(b: Builder, condition: ir.Value, ttype: TensorType, then_branch: Callable[[Builder], ir.Value],
+        else_branch: Callable[[Builder], ir.Value]) -> ir.Value:
+    """If(condition) over two branches that each build their value of `ttype` in a subgraph."""
     branches = {}
-    for name, path in zip(("then_branch", "else_branch"), (_narrow_step if narrow else _one_step, _steps)):
+    for name, build in (("then_branch", then_branch), ("else_branch", else_branch)):
         sb = b.subgraph(f"fmod_{name[:4]}")
-        branches[name] = sb.finish_subgraph([], [_exact(sb, x, y, ttype, path)], [ttype])
-    result = b.ops("If", one_step, num_outputs=1, **branches)[0]
+        branches[name] = sb.finish_subgraph([], [build(sb)], [ttype])
+    result = b.ops("If", condition, num_outputs=1, **branches)[0]
     set_type(result, ttype)
     return result
 
