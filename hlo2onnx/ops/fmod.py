@@ -102,20 +102,22 @@ def _exact(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType,
     f = partial(b.const, dtype=F64)
     xd, yd = b.cast(x, F64), b.cast(y, F64)
     ax, ay = b.op("Abs", xd), b.op("Abs", yd)
-    # fmod is x itself where |x| < |y| (±0, finite x % ±inf) and NaN where x is inf or NaN, or y is 0 or NaN.
-    # XLA's CPU code reads subnormal operands as zero (f16 and bf16 are computed in f32, where theirs are
-    # normal): a subnormal y gives NaN too (measured: fmod(1e-27, 2.5e-40) is NaN under jax.jit).
+    # `path` runs where |y| <= |x| < inf and y is normal (comparisons with a NaN are false). XLA's CPU code
+    # reads subnormal operands as zero (f16 and bf16 are computed in f32, where theirs are normal): a
+    # subnormal y gives NaN (measured: fmod(1e-27, 2.5e-40) is NaN under jax.jit).
     tiny = np.finfo(np.float64 if np.dtype(ttype.dtype).itemsize == 8 else np.float32).tiny
-    nan_result = _any(b, b.op("GreaterOrEqual", ax, f(np.inf)), b.op("Less", ay, f(tiny)),
-                      b.op("Not", b.op("Equal", xd, xd)), b.op("Not", b.op("Equal", yd, yd)))
-    irregular = b.op("Or", nan_result, b.op("Less", ax, ay))
+    normal_y = b.op("GreaterOrEqual", ay, f(tiny))
+    regular = b.op("And", b.op("And", b.op("GreaterOrEqual", ax, ay), b.op("Less", ax, f(np.inf))), normal_y)
     one = f(1.0)
-    ax_s, ay_s = b.op("Where", irregular, one, ax), b.op("Where", irregular, one, ay)
-    remainder = path(b, ax_s, ay_s, TensorType(ttype.shape, F64))
-    magnitude = b.op("Where", irregular, b.op("Where", nan_result, f(np.nan), ax), remainder)
-    # The sign of x, -0 included (1/-0 is -inf; 1/x of a huge negative x may flush to -0, hence both tests),
-    # applied by a product: a Where would turn a -0 it selects into +0 on ORT (ops/elementwise.py).
-    negative = b.op("Or", b.op("Less", xd, f(0.0)), b.op("Less", b.op("Div", one, xd), f(0.0)))
+    remainder = path(b, b.op("Where", regular, ax, one), b.op("Where", regular, ay, one),
+                     TensorType(ttype.shape, F64))
+    # Elsewhere fmod is x itself where |x| < |y| (±0, finite x % ±inf), else NaN (x inf or NaN, y 0, subnormal
+    # or NaN). x taken as it is, in Where's second branch, whose -0 ORT keeps (it turns one taken from the first
+    # into +0, ops/elementwise.py); a regular x's sign (x is not zero: no division needed to tell -0) by a
+    # product after the Where, which a zero remainder turns into -0.
+    kept = b.op("And", b.op("Less", ax, ay), normal_y)
+    negative = b.op("And", regular, b.op("Less", xd, f(0.0)))
+    magnitude = b.op("Where", regular, remainder, b.op("Mul", xd, b.op("Where", kept, one, f(np.nan))))
     result = b.op("Mul", magnitude, b.op("Where", negative, f(-1.0), one))
     return b.cast(result, ttype.dtype)
 
@@ -151,9 +153,12 @@ def _reduce(b: Builder, r: ir.Value, y_k: ir.Value) -> ir.Value:
 def _one_step(b: Builder, ax: ir.Value, ay: ir.Value, f64: TensorType) -> ir.Value:
     """fmod(|x|, |y|) where |x| < 2^STEP |y|, with both scaled (exactly) into the split's range first."""
     c = partial(b.const, dtype=F64)
-    scale = b.op("Where", b.op("Greater", ay, c(_HIGH)), c(1 / _UNIT),
-                 b.op("Where", b.op("Less", ay, c(_LOW)), c(_UNIT), c(1.0)))
-    return b.op("Div", _reduce(b, b.op("Mul", ax, scale), b.op("Mul", ay, scale)), scale)
+    high, low = b.op("Greater", ay, c(_HIGH)), b.op("Less", ay, c(_LOW))
+    scale = b.op("Where", high, c(1 / _UNIT), b.op("Where", low, c(_UNIT), c(1.0)))
+    # Undone by a product, exact as a division by the scale would be (f64 division is the slowest of IREE's
+    # elementwise ops: the f64 FIRE step spent most of its remainder's time in its three).
+    undo = b.op("Where", high, c(_UNIT), b.op("Where", low, c(1 / _UNIT), c(1.0)))
+    return b.op("Mul", _reduce(b, b.op("Mul", ax, scale), b.op("Mul", ay, scale)), undo)
 
 
 def _steps(b: Builder, ax_s: ir.Value, ay_s: ir.Value, f64: TensorType) -> ir.Value:
@@ -193,13 +198,6 @@ def _steps(b: Builder, ax_s: ir.Value, ay_s: ir.Value, f64: TensorType) -> ir.Va
         undo = b.op("Where", b.op("GreaterOrEqual", scalings, f(count)), f(1 / _UNIT), one)
         remainder = b.op("Mul", remainder, undo)
     return remainder
-
-
-def _any(b: Builder, *conditions: ir.Value) -> ir.Value:
-    result = conditions[0]
-    for c in conditions[1:]:
-        result = b.op("Or", result, c)
-    return result
 
 
 def _power_of_two_steps(b: Builder, top: ir.Value) -> list[ir.Value]:
