@@ -65,6 +65,19 @@ def _mixed(dtype, n: int = 3000, seed: int = 2) -> tuple[np.ndarray, np.ndarray]
     return x, y
 
 
+def _near_limit(dtype, n: int = 3000, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Quotients just below the one-step branch's limit (2^22 for f64, 2^23 for the narrow formats, whose f32
+    quotient must stay an f32 integer), integers and near-integers among them: the one-step branch alone."""
+    rng = np.random.default_rng(seed)
+    bits = 22 if np.dtype(dtype) == np.float64 else 23
+    y = (rng.uniform(1, 2, n) * np.exp2(rng.integers(-12, -8, n))).astype(dtype)
+    whole = rng.integers(2 ** (bits - 1), 2 ** bits, n - n // 2) * (1 + rng.choice([0, 1e-7, -1e-7], n - n // 2))
+    q = np.concatenate([rng.uniform(2.0 ** (bits - 1), 2.0 ** bits, n // 2), whole])
+    x = (y.astype(np.float64) * q * np.sign(rng.standard_normal(n))).astype(dtype)
+    small = np.abs(x.astype(np.float64)) < 2.0 ** bits * np.abs(y.astype(np.float64))
+    return x[small], y[small]
+
+
 def _empty(dtype, n: int = 0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros((0, 3), dtype), np.ones((0, 3), dtype)
 
@@ -89,7 +102,7 @@ def _compare(x, y, target, skip_subnormal: bool) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("corpus", [_wide, _small, _mixed, _empty])
+@pytest.mark.parametrize("corpus", [_wide, _small, _near_limit, _mixed, _empty])
 def test_remainder_is_exact_on_ort(dtype, corpus) -> None:
     with jax.enable_x64(dtype is np.float64):
         x, y = corpus(dtype)
@@ -106,7 +119,7 @@ def test_remainder_without_mod_node() -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("corpus", [_wide, _small, _mixed, _empty])
+@pytest.mark.parametrize("corpus", [_wide, _small, _near_limit, _mixed, _empty])
 def test_remainder_on_iree(dtype, corpus) -> None:
     pytest.importorskip("iree.runtime")
     if dtype is ml_dtypes.bfloat16:

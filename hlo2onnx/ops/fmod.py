@@ -30,7 +30,7 @@ from hlo2onnx.builder import Builder
 from hlo2onnx.ops.linalg_kit import loop
 from hlo2onnx.types import TensorType, set_type
 
-F64, I64 = np.dtype(np.float64), np.dtype(np.int64)
+F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 STEP = 22  # bits per step: q < 2^25, and 26-bit hi and lo halves keep q*hi and q*lo within 53 bits
 _TOP = 1023 // STEP  # the largest k whose 2^(STEP k) is a double: a step's scale is a product of three
 _SCALES = np.ldexp(1.0, STEP * np.arange(_TOP + 1))
@@ -56,20 +56,23 @@ def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
     max_x = b.op("Max", b.op("ReduceMax", xf, keepdims=0), b.op("Neg", b.op("ReduceMin", xf, keepdims=0)))
     min_y = b.op("ReduceMin", b.op("Abs", b.op("Reshape", yw, flat)), keepdims=0)
     bounded = b.op("Less", max_x, b.op("Mul", min_y, limit))
-    return _if(b, bounded, ttype, lambda sb: _exact(sb, x, y, ttype, _first_step(ttype)),
+    return _if(b, bounded, ttype, lambda sb: _first_step(sb, x, y, ttype),
                lambda sb: _element_by_element(sb, x, y, ttype))
 
 
 def _wide(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> tuple[ir.Value, ir.Value, ir.Value]:
     """x and y for the If's tests, and 2^bits, where one step takes quotients below 2^bits: in f32 for the
-    narrow formats (2^28 is past f16's range), in f64 for f64."""
+    narrow formats (2^23 is past f16's range), in f64 for f64."""
     narrow = np.dtype(ttype.dtype).itemsize <= 4
-    wide = np.dtype(np.float32) if narrow else F64
+    wide = F32 if narrow else F64
     return b.cast(x, wide), b.cast(y, wide), b.const(2.0 ** (_NARROW_STEP if narrow else STEP), wide)
 
 
-def _first_step(ttype: TensorType) -> Callable[[Builder, ir.Value, ir.Value, TensorType], ir.Value]:
-    return _narrow_step if np.dtype(ttype.dtype).itemsize <= 4 else _one_step
+def _first_step(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
+    """fmod(x, y) where every quotient is below 2^bits: in f32 for the narrow formats, in f64 for f64."""
+    if np.dtype(ttype.dtype).itemsize <= 4:
+        return _exact(b, x, y, ttype, _narrow_step, F32)
+    return _exact(b, x, y, ttype, _one_step, F64)
 
 
 def _element_by_element(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
@@ -80,8 +83,8 @@ def _element_by_element(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType)
     large = b.op("GreaterOrEqual", b.op("Abs", xw), b.op("Mul", b.op("Abs", yw), limit))
     fits = b.op("Less", b.op("ReduceSum", b.op("Cast", large, to=ir.DataType.FLOAT), keepdims=0),
                 b.const(0.5, np.float32))
-    return _if(b, fits, ttype, lambda sb: _exact(sb, x, y, ttype, _first_step(ttype)),
-               lambda sb: _exact(sb, x, y, ttype, _steps))
+    return _if(b, fits, ttype, lambda sb: _first_step(sb, x, y, ttype),
+               lambda sb: _exact(sb, x, y, ttype, _steps, F64))
 
 
 def _if(b: Builder, condition: ir.Value, ttype: TensorType, then_branch: Callable[[Builder], ir.Value],
@@ -97,11 +100,12 @@ def _if(b: Builder, condition: ir.Value, ttype: TensorType, then_branch: Callabl
 
 
 def _exact(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType,
-           path: Callable[[Builder, ir.Value, ir.Value, TensorType], ir.Value]) -> ir.Value:
-    """fmod(x, y) in ttype, with `path` computing fmod(|x|, |y|) in f64 where both are regular."""
-    f = partial(b.const, dtype=F64)
-    xd, yd = b.cast(x, F64), b.cast(y, F64)
-    ax, ay = b.op("Abs", xd), b.op("Abs", yd)
+           path: Callable[[Builder, ir.Value, ir.Value, TensorType], ir.Value], compute: np.dtype) -> ir.Value:
+    """fmod(x, y) in ttype, with `path` computing fmod(|x|, |y|) in `compute` (which holds every value of
+    ttype) where both are regular."""
+    f = partial(b.const, dtype=compute)
+    xc, yc = b.cast(x, compute), b.cast(y, compute)
+    ax, ay = b.op("Abs", xc), b.op("Abs", yc)
     # `path` runs where |y| <= |x| < inf and y is normal (comparisons with a NaN are false). XLA's CPU code
     # reads subnormal operands as zero (f16 and bf16 are computed in f32, where theirs are normal): a
     # subnormal y gives NaN (measured: fmod(1e-27, 2.5e-40) is NaN under jax.jit).
@@ -110,26 +114,30 @@ def _exact(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType,
     regular = b.op("And", b.op("And", b.op("GreaterOrEqual", ax, ay), b.op("Less", ax, f(np.inf))), normal_y)
     one = f(1.0)
     remainder = path(b, b.op("Where", regular, ax, one), b.op("Where", regular, ay, one),
-                     TensorType(ttype.shape, F64))
+                     TensorType(ttype.shape, compute))
     # Elsewhere fmod is x itself where |x| < |y| (±0, finite x % ±inf), else NaN (x inf or NaN, y 0, subnormal
     # or NaN). x taken as it is, in Where's second branch, whose -0 ORT keeps (it turns one taken from the first
     # into +0, ops/elementwise.py); a regular x's sign (x is not zero: no division needed to tell -0) by a
     # product after the Where, which a zero remainder turns into -0.
     kept = b.op("And", b.op("Less", ax, ay), normal_y)
-    negative = b.op("And", regular, b.op("Less", xd, f(0.0)))
-    magnitude = b.op("Where", regular, remainder, b.op("Mul", xd, b.op("Where", kept, one, f(np.nan))))
+    negative = b.op("And", regular, b.op("Less", xc, f(0.0)))
+    magnitude = b.op("Where", regular, remainder, b.op("Mul", xc, b.op("Where", kept, one, f(np.nan))))
     result = b.op("Mul", magnitude, b.op("Where", negative, f(-1.0), one))
     return b.cast(result, ttype.dtype)
 
 
-# f32, f16 and bf16 values have 24 significant bits at most, so in float64 q*y is exact for q < 2^29 with no
-# split: one step of 28 bits needs no Veltkamp.
-_NARROW_STEP = 28
+# f32, f16 and bf16 values have 24 significant bits at most. Below 2^23 the f32 quotient's floor is the true
+# quotient or one above it (f32 division is correctly rounded and monotonic, and both integers are f32 values),
+# and q*y (48 bits) and x - q*y (in (-y, y), on y's grid) are exact in f64: one step, no split, with the
+# division and the checks in f32 (IREE's f32 vectors hold twice the lanes, and its f64 division is slow).
+_NARROW_STEP = 23
 
 
-def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f64: TensorType) -> ir.Value:
-    """r - q*y_k for q = floor(r / y_k) < 2^29, exactly, in [0, y_k), for y_k with 24 significant bits."""
-    return _into_range(b, b.op("Sub", r, b.op("Mul", b.op("Floor", b.op("Div", r, y_k)), y_k)), y_k)
+def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f32: TensorType) -> ir.Value:
+    """r - q*y_k for q = floor(r / y_k) < 2^23, exactly, in [0, y_k), for f32 r and y_k."""
+    q = b.op("Floor", b.op("Div", r, y_k))
+    rd, yd = b.cast(r, F64), b.cast(y_k, F64)
+    return b.cast(_into_range(b, b.op("Sub", rd, b.op("Mul", b.cast(q, F64), yd)), yd), F32)
 
 
 def _into_range(b: Builder, rest: ir.Value, y_k: ir.Value) -> ir.Value:
