@@ -11,7 +11,8 @@ STEP bits at a time from the top. At step k, with y_k = |y| * 2^(STEP k):
 - r - q*hi is exact (Sterbenz: q*hi is within a factor two of r), and (r - q*hi) - q*lo is the exact
   r - q*y_k, which lies in (-y_k, y_k) and fits in 53 bits; a negative one gets y_k added, exactly.
 
-Where every quotient is small (periodic boundaries, angles), one step does, and an If takes that branch: one
+Where every quotient is small (periodic boundaries, angles), one step does (below 2^STEP for f64; below
+2^23 for the narrow formats, whose step divides in f32: _NARROW_STEP), and an If takes that branch: one
 elementwise pass. Its test reads the operands as given: max|x| < 2^bits min|y| (reductions that IREE folds
 for a constant y), else, in the other branch, |x| < 2^bits |y| element by element, and a second If. Each
 branch computes the whole remainder from x and y, so that IREE makes the one-step branch a single dispatch.
