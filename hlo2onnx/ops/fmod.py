@@ -44,8 +44,8 @@ def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
     """fmod(x, y) of two float tensors of `ttype` (same shape), bit for bit as XLA computes it."""
     # Each branch computes the whole remainder from x and y, specials and sign included, so that the one-step
     # branch is one elementwise pass over the narrow operands: IREE fuses it into one dispatch, where a branch
-    # that read f64 copies made outside it had them written to memory first (measured: the f32 FIRE step on
-    # IREE 32 -> 12 ms, 9.6 with IREE's inexact Mod, load 5.5).
+    # that read f64 copies made outside it had them written to memory first (the f32 FIRE step on IREE took
+    # 32 ms where IREE's inexact Mod takes 11; docs/runtime.md, IREE).
     xw, yw, limit = _wide(b, x, y, ttype)
     # First max|x| < 2^bits min|y|: reductions over the operands flattened, folded away by IREE for y where y
     # is a constant or the broadcast of one (a periodic box), so that the test reads x alone; max|x| as
