@@ -18,6 +18,9 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
 - Loop without a condition input (a trip count only: fori_loop): torch-mlir's conversion does not take the
   empty input. A constant true condition means the same. (While loops and loops with scan outputs are
   refused by the target: targets_iree.py.)
+- ReduceL2 on float64: torch-mlir's conversion takes the square root in f32 (the sum truncated to f32,
+  its sqrt extended back: the norm came back an f32 value, 2e-8 off), which put JAX-MD's f64 FIRE step 1e-9
+  off jax.jit (its force norm). It becomes Sqrt(ReduceSumSquare), both kept in f64 by IREE.
 
 The model must carry inferred shapes (onnx.shape_inference) for the Slice rewrite; others need none.
 """
@@ -96,6 +99,8 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
                     replacement = _nan_from(node, a, counter)
             elif node.op_type == "Clip" and elem_types.get(node.input[0]) in _FLOATS:
                 replacement = _nan_from(node, node.input[0], counter)
+            elif node.op_type == "ReduceL2" and elem_types.get(node.input[0]) == onnx.TensorProto.DOUBLE:
+                replacement = _sqrt_of_sum_square(node, counter)
         if replacement is not None:
             new_nodes += replacement
             changed = True
@@ -148,6 +153,13 @@ def _nan_from(node, x: str, counter: list[int]) -> list[onnx.NodeProto]:
     raw, isnan = _fresh(out, counter), _fresh(out, counter)
     node.output[0] = raw
     return [node, helper.make_node("IsNaN", [x], [isnan]), helper.make_node("Where", [isnan, x, raw], [out])]
+
+
+def _sqrt_of_sum_square(node, counter: list[int]) -> list[onnx.NodeProto]:
+    """ReduceL2 as Sqrt(ReduceSumSquare) with the same axes and attributes (keepdims, noop_with_empty_axes)."""
+    out = node.output[0]
+    node.op_type, node.output[0] = "ReduceSumSquare", _fresh(out, counter)
+    return [node, helper.make_node("Sqrt", [node.output[0]], [out])]
 
 
 def _fresh(base: str, counter: list[int]) -> str:

@@ -223,6 +223,23 @@ def test_rewrite_is_exact_on_ort(name) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def test_f64_reduce_l2_stays_f64() -> None:
+    """An f64 norm (ReduceL2, which IREE's importer takes in f32) as Sqrt(ReduceSumSquare): the same values on
+    ORT, and f64 precision on IREE (it was 2e-8 off; JAX-MD's f64 FIRE step 1e-9)."""
+    fun = lambda x, y: (jnp.sqrt(jnp.sum(x * x)), jnp.sqrt(jnp.sum(y * y, axis=1, keepdims=True)))  # noqa: E731
+    with jax.enable_x64(True):
+        x = np.random.default_rng(0).standard_normal((1000, 3)) * 1.234567
+        proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=TARGET).lower(x, x + 1).onnx_model)
+        assert [n.op_type for n in proto.graph.node] == ["ReduceL2"] * 2
+        rewritten = onnx.ModelProto()
+        rewritten.CopyFrom(proto)
+        assert for_iree(rewritten)
+        assert [n.op_type for n in rewritten.graph.node] == ["ReduceSumSquare", "Sqrt"] * 2
+        for want, got in zip(_ort(proto, [x, x + 1]), _ort(rewritten, [x, x + 1])):
+            np.testing.assert_array_equal(got, want)
+        assert_same(mnjit(fun, target=TARGET)(x, x + 1), jax.jit(fun)(x, x + 1), (1e-15, 0))
+
+
 def test_slice_clamp_is_exact() -> None:
     """Slices past the axis (ONNX clamps them; iree-compile refuses them) as clamped Slices or an empty constant:
     the same values on ORT, and IREE compiles and runs them."""

@@ -11,13 +11,18 @@ STEP bits at a time from the top. At step k, with y_k = |y| * 2^(STEP k):
 - r - q*hi is exact (Sterbenz: q*hi is within a factor two of r), and (r - q*hi) - q*lo is the exact
   r - q*y_k, which lies in (-y_k, y_k) and fits in 53 bits; a negative one gets y_k added, exactly.
 
-Where every quotient is small (periodic boundaries, angles), one step does, and an If takes that branch: one
-elementwise pass. The other branch takes any quotient: each element's top step comes from logs, kept at or
-below log2(|x| / |y|) so that y_k never exceeds |x|, and an ONNX Loop runs the largest number of steps.
+Where every quotient is small (periodic boundaries, angles), one step does (below 2^STEP for f64; below
+2^23 for the narrow formats, whose step divides in f32: _NARROW_STEP), and an If takes that branch: one
+elementwise pass. Its test reads the operands as given: max|x| < 2^bits min|y| (reductions that IREE folds
+for a constant y), else, in the other branch, |x| < 2^bits |y| element by element, and a second If. Each
+branch computes the whole remainder from x and y, so that IREE makes the one-step branch a single dispatch.
+The looping branch takes any quotient: each element's top step comes from logs, kept at or below
+log2(|x| / |y|) so that y_k never exceeds |x|, and an ONNX Loop runs the largest number of steps.
 """
 from __future__ import annotations
 
 from functools import partial
+from typing import Callable
 
 import numpy as np
 import onnx_ir as ir
@@ -26,7 +31,7 @@ from hlo2onnx.builder import Builder
 from hlo2onnx.ops.linalg_kit import loop
 from hlo2onnx.types import TensorType, set_type
 
-F64, I64 = np.dtype(np.float64), np.dtype(np.int64)
+F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 STEP = 22  # bits per step: q < 2^25, and 26-bit hi and lo halves keep q*hi and q*lo within 53 bits
 _TOP = 1023 // STEP  # the largest k whose 2^(STEP k) is a double: a step's scale is a product of three
 _SCALES = np.ldexp(1.0, STEP * np.arange(_TOP + 1))
@@ -37,45 +42,103 @@ _LOW, _HIGH, _UNIT = 2.0 ** -800, 2.0 ** 900, 2.0 ** 200
 
 def fmod(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
     """fmod(x, y) of two float tensors of `ttype` (same shape), bit for bit as XLA computes it."""
-    f = partial(b.const, dtype=F64)
-    xd, yd = b.cast(x, F64), b.cast(y, F64)
-    ax, ay = b.op("Abs", xd), b.op("Abs", yd)
-    # fmod is x itself where |x| < |y| (±0, finite x % ±inf) and NaN where x is inf or NaN, or y is 0 or NaN.
-    # XLA's CPU code reads subnormal operands as zero (f16 and bf16 are computed in f32, where theirs are
-    # normal): a subnormal y gives NaN too (measured: fmod(1e-27, 2.5e-40) is NaN under jax.jit).
-    tiny = np.finfo(np.float64 if np.dtype(ttype.dtype).itemsize == 8 else np.float32).tiny
-    nan_result = _any(b, b.op("GreaterOrEqual", ax, f(np.inf)), b.op("Less", ay, f(tiny)),
-                      b.op("Not", b.op("Equal", xd, xd)), b.op("Not", b.op("Equal", yd, yd)))
-    irregular = b.op("Or", nan_result, b.op("Less", ax, ay))
-    one = f(1.0)
-    ax_s, ay_s = b.op("Where", irregular, one, ax), b.op("Where", irregular, one, ay)
+    # Each branch computes the whole remainder from x and y, specials and sign included, so that the one-step
+    # branch is one elementwise pass over the narrow operands: IREE fuses it into one dispatch, where a branch
+    # that read f64 copies made outside it had them written to memory first (the f32 FIRE step on IREE took
+    # 32 ms where IREE's inexact Mod takes 11; docs/runtime.md, IREE).
+    xw, yw, limit = _wide(b, x, y, ttype)
+    # First max|x| < 2^bits min|y|: reductions over the operands flattened, folded away by IREE for y where y
+    # is a constant or the broadcast of one (a periodic box), so that the test reads x alone; max|x| as
+    # max(max x, -min x), which IREE computes in one dispatch reading x (a ReduceMax of |x| over a pair
+    # tensor's 3 axes had it write |x| out beside x, then reduce it in three). The product is exact or
+    # overflows (then every quotient is small); a NaN or a zero y fails the test.
+    flat = b.shape_const([-1])
+    xf = b.op("Reshape", xw, flat)
+    max_x = b.op("Max", b.op("ReduceMax", xf, keepdims=0), b.op("Neg", b.op("ReduceMin", xf, keepdims=0)))
+    min_y = b.op("ReduceMin", b.op("Abs", b.op("Reshape", yw, flat)), keepdims=0)
+    bounded = b.op("Less", max_x, b.op("Mul", min_y, limit))
+    return _if(b, bounded, ttype, lambda sb: _first_step(sb, x, y, ttype),
+               lambda sb: _element_by_element(sb, x, y, ttype))
+
+
+def _wide(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """x and y for the If's tests, and 2^bits, where one step takes quotients below 2^bits: in f32 for the
+    narrow formats (2^23 is past f16's range), in f64 for f64."""
     narrow = np.dtype(ttype.dtype).itemsize <= 4
-    flat = b.op("Concat", b.op("Reshape", b.op("Div", ax_s, ay_s), b.shape_const([-1])), b.const(np.ones(1)), axis=0)
-    limit = 2.0 ** (_NARROW_STEP if narrow else STEP)
-    one_step = b.op("Less", b.op("ReduceMax", flat, keepdims=0), f(limit))
-    f64 = TensorType(ttype.shape, F64)
+    wide = F32 if narrow else F64
+    return b.cast(x, wide), b.cast(y, wide), b.const(2.0 ** (_NARROW_STEP if narrow else STEP), wide)
+
+
+def _first_step(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
+    """fmod(x, y) where every quotient is below 2^bits: in f32 for the narrow formats, in f64 for f64."""
+    if np.dtype(ttype.dtype).itemsize <= 4:
+        return _exact(b, x, y, ttype, _narrow_step, F32)
+    return _exact(b, x, y, ttype, _one_step, F64)
+
+
+def _element_by_element(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType) -> ir.Value:
+    """fmod(x, y) in one step where no |x| >= 2^bits |y| (NaNs compare false; an infinite x, a zero y or a
+    flushed subnormal one take the Loop, which is exact for every element), else by the Loop. The count of
+    large quotients is exact to 2^24, never 0 once one is found, and 0 on an empty tensor."""
+    xw, yw, limit = _wide(b, x, y, ttype)
+    large = b.op("GreaterOrEqual", b.op("Abs", xw), b.op("Mul", b.op("Abs", yw), limit))
+    fits = b.op("Less", b.op("ReduceSum", b.op("Cast", large, to=ir.DataType.FLOAT), keepdims=0),
+                b.const(0.5, np.float32))
+    return _if(b, fits, ttype, lambda sb: _first_step(sb, x, y, ttype),
+               lambda sb: _exact(sb, x, y, ttype, _steps, F64))
+
+
+def _if(b: Builder, condition: ir.Value, ttype: TensorType, then_branch: Callable[[Builder], ir.Value],
+        else_branch: Callable[[Builder], ir.Value]) -> ir.Value:
+    """If(condition) over two branches that each build their value of `ttype` in a subgraph."""
     branches = {}
-    for name, path in zip(("then_branch", "else_branch"), (_narrow_step if narrow else _one_step, _steps)):
+    for name, build in (("then_branch", then_branch), ("else_branch", else_branch)):
         sb = b.subgraph(f"fmod_{name[:4]}")
-        branches[name] = sb.finish_subgraph([], [path(sb, ax_s, ay_s, f64)], [f64])
-    remainder = b.ops("If", one_step, num_outputs=1, **branches)[0]
-    set_type(remainder, f64)
-    magnitude = b.op("Where", irregular, b.op("Where", nan_result, f(np.nan), ax), remainder)
-    # The sign of x, -0 included (1/-0 is -inf; 1/x of a huge negative x may flush to -0, hence both tests),
-    # applied by a product: a Where would turn a -0 it selects into +0 on ORT (ops/elementwise.py).
-    negative = b.op("Or", b.op("Less", xd, f(0.0)), b.op("Less", b.op("Div", one, xd), f(0.0)))
+        branches[name] = sb.finish_subgraph([], [build(sb)], [ttype])
+    result = b.ops("If", condition, num_outputs=1, **branches)[0]
+    set_type(result, ttype)
+    return result
+
+
+def _exact(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType,
+           path: Callable[[Builder, ir.Value, ir.Value, TensorType], ir.Value], compute: np.dtype) -> ir.Value:
+    """fmod(x, y) in ttype, with `path` computing fmod(|x|, |y|) in `compute` (which holds every value of
+    ttype) where both are regular."""
+    f = partial(b.const, dtype=compute)
+    xc, yc = b.cast(x, compute), b.cast(y, compute)
+    ax, ay = b.op("Abs", xc), b.op("Abs", yc)
+    # `path` runs where |y| <= |x| < inf and y is normal (comparisons with a NaN are false). XLA's CPU code
+    # reads subnormal operands as zero (f16 and bf16 are computed in f32, where theirs are normal): a
+    # subnormal y gives NaN (measured: fmod(1e-27, 2.5e-40) is NaN under jax.jit).
+    tiny = np.finfo(np.float64 if np.dtype(ttype.dtype).itemsize == 8 else np.float32).tiny
+    normal_y = b.op("GreaterOrEqual", ay, f(tiny))
+    regular = b.op("And", b.op("And", b.op("GreaterOrEqual", ax, ay), b.op("Less", ax, f(np.inf))), normal_y)
+    one = f(1.0)
+    remainder = path(b, b.op("Where", regular, ax, one), b.op("Where", regular, ay, one),
+                     TensorType(ttype.shape, compute))
+    # Elsewhere fmod is x itself where |x| < |y| (±0, finite x % ±inf), else NaN (x inf or NaN, y 0, subnormal
+    # or NaN). x taken as it is, in Where's second branch, whose -0 ORT keeps (it turns one taken from the first
+    # into +0, ops/elementwise.py); a regular x's sign (x is not zero: no division needed to tell -0) by a
+    # product after the Where, which a zero remainder turns into -0.
+    kept = b.op("And", b.op("Less", ax, ay), normal_y)
+    negative = b.op("And", regular, b.op("Less", xc, f(0.0)))
+    magnitude = b.op("Where", regular, remainder, b.op("Mul", xc, b.op("Where", kept, one, f(np.nan))))
     result = b.op("Mul", magnitude, b.op("Where", negative, f(-1.0), one))
     return b.cast(result, ttype.dtype)
 
 
-# f32, f16 and bf16 values have 24 significant bits at most, so in float64 q*y is exact for q < 2^29 with no
-# split: one step of 28 bits needs no Veltkamp.
-_NARROW_STEP = 28
+# f32, f16 and bf16 values have 24 significant bits at most. Below 2^23 the f32 quotient's floor is the true
+# quotient or one above it (f32 division is correctly rounded and monotonic, and both integers are f32 values),
+# and q*y (48 bits) and x - q*y (in (-y, y), on y's grid) are exact in f64: one step, no split, with the
+# division and the checks in f32 (IREE's f32 vectors hold twice the lanes, and its f64 division is slow).
+_NARROW_STEP = 23
 
 
-def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f64: TensorType | None = None) -> ir.Value:
-    """r - q*y_k for q = floor(r / y_k) < 2^29, exactly, in [0, y_k), for y_k with 24 significant bits."""
-    return _into_range(b, b.op("Sub", r, b.op("Mul", b.op("Floor", b.op("Div", r, y_k)), y_k)), y_k)
+def _narrow_step(b: Builder, r: ir.Value, y_k: ir.Value, f32: TensorType) -> ir.Value:
+    """r - q*y_k for q = floor(r / y_k) < 2^23, exactly, in [0, y_k), for f32 r and y_k."""
+    q = b.op("Floor", b.op("Div", r, y_k))
+    rd, yd = b.cast(r, F64), b.cast(y_k, F64)
+    return b.cast(_into_range(b, b.op("Sub", rd, b.op("Mul", b.cast(q, F64), yd)), yd), F32)
 
 
 def _into_range(b: Builder, rest: ir.Value, y_k: ir.Value) -> ir.Value:
@@ -99,9 +162,12 @@ def _reduce(b: Builder, r: ir.Value, y_k: ir.Value) -> ir.Value:
 def _one_step(b: Builder, ax: ir.Value, ay: ir.Value, f64: TensorType) -> ir.Value:
     """fmod(|x|, |y|) where |x| < 2^STEP |y|, with both scaled (exactly) into the split's range first."""
     c = partial(b.const, dtype=F64)
-    scale = b.op("Where", b.op("Greater", ay, c(_HIGH)), c(1 / _UNIT),
-                 b.op("Where", b.op("Less", ay, c(_LOW)), c(_UNIT), c(1.0)))
-    return b.op("Div", _reduce(b, b.op("Mul", ax, scale), b.op("Mul", ay, scale)), scale)
+    high, low = b.op("Greater", ay, c(_HIGH)), b.op("Less", ay, c(_LOW))
+    scale = b.op("Where", high, c(1 / _UNIT), b.op("Where", low, c(_UNIT), c(1.0)))
+    # Undone by a product, exact as a division by the scale would be (f64 division is the slowest of IREE's
+    # elementwise ops: the f64 FIRE step spent most of its remainder's time in its three).
+    undo = b.op("Where", high, c(_UNIT), b.op("Where", low, c(1 / _UNIT), c(1.0)))
+    return b.op("Mul", _reduce(b, b.op("Mul", ax, scale), b.op("Mul", ay, scale)), undo)
 
 
 def _steps(b: Builder, ax_s: ir.Value, ay_s: ir.Value, f64: TensorType) -> ir.Value:
@@ -141,13 +207,6 @@ def _steps(b: Builder, ax_s: ir.Value, ay_s: ir.Value, f64: TensorType) -> ir.Va
         undo = b.op("Where", b.op("GreaterOrEqual", scalings, f(count)), f(1 / _UNIT), one)
         remainder = b.op("Mul", remainder, undo)
     return remainder
-
-
-def _any(b: Builder, *conditions: ir.Value) -> ir.Value:
-    result = conditions[0]
-    for c in conditions[1:]:
-        result = b.op("Or", result, c)
-    return result
 
 
 def _power_of_two_steps(b: Builder, top: ir.Value) -> list[ir.Value]:
