@@ -243,7 +243,10 @@ class MnjitFunction:
         # function's partitions all run inside that one jax.jit (mnjit/fallback.py, `fused`).
         self._fast_ok = (self._target.runtime == "onnxruntime" and self._target.device == "cpu"
                          and max_cache_size is None)
-        self._dispatch = jax.jit(self._traced_call, static_argnums=self._static_argnums,
+        def dispatch(*args, **kwargs):
+            return self._traced_call(*args, **kwargs)
+        functools.update_wrapper(dispatch, fun)  # jax's errors name the user's function and argument paths
+        self._dispatch = jax.jit(dispatch, static_argnums=self._static_argnums,
                                  static_argnames=self._static_argnames, keep_unused=True)
         # Least recently used first when capped (like XLA's compilation cache); a plain dict otherwise.
         self._cache: dict[Hashable, _CacheEntry] = collections.OrderedDict() if max_cache_size else {}
@@ -314,6 +317,9 @@ class MnjitFunction:
         except _TracerSeen:
             # Under grad/vmap/an outer jit: behave exactly like jax.jit.
             return self._jitted(*args, **kwargs)
+        except TypeError:
+            self._jitted.trace(*args, **kwargs)  # a non-array argument: jax.jit's error names the function and path
+            raise
         entry = self._cached(key)
         if entry is None or self._max_cache_size:  # the capped LRU reorders on every hit, under the lock
             # An auto function takes this path while another signature tries IREE: this one keeps its fast call.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -50,3 +51,21 @@ def test_deprecated_rng_is_refused_by_name_and_line():
         mnjit(draw)()
     assert info.value.op_name == "stablehlo.rng"
     assert f"{__file__}:{inspect.getsourcelines(draw)[1] + 1}" in str(info.value)
+
+
+def _apply(model, x):
+    return model["scale"] * x + model["act"](x)
+
+
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}, {"fallback": True}], ids=["fast", "capped", "fallback"])
+def test_a_non_array_argument_gets_jax_jits_error(options):
+    """An argument jax cannot abstract (a function inside a pytree, as an equinox module holds) is refused with
+    jax.jit's own message, which names the user's function and the argument's path, on every call path."""
+    model = {"scale": jnp.float32(2.0), "act": jnp.tanh}
+    with pytest.raises(TypeError) as expected:
+        jax.jit(_apply)(model, jnp.ones(3))
+    with pytest.raises(TypeError) as raised:
+        mnjit(_apply, **options)(model, jnp.ones(3))
+    message = str(raised.value)
+    assert "_apply" in message and "model['act']" in message, message
+    assert message.splitlines()[0].split(" at 0x")[0] == str(expected.value).splitlines()[0].split(" at 0x")[0]
