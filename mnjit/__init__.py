@@ -11,7 +11,8 @@ from hlo2onnx import compat
 
 compat.ort_capi()
 
-from mnjit.api import MnjitFunction, MnjitLowered, mnjit  # noqa: E402
+from mnjit.api import MnjitFunction, mnjit  # noqa: E402
+from mnjit.stages import Compiled, MnjitLowered  # noqa: E402
 
-__all__ = ["mnjit", "MnjitFunction", "MnjitLowered"]
+__all__ = ["mnjit", "MnjitFunction", "MnjitLowered", "Compiled"]
 __version__ = "0.1.0"

@@ -4,22 +4,20 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
 
 import jax
-import onnx
 import onnx_ir as ir
 from jax import core
 
 import hlo2onnx
 from hlo2onnx import compat
-from hlo2onnx.files import save_model
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
 from mnjit import device, ffi, host_callbacks, runtime, tiering, fallback as partitioned
+from mnjit.stages import Compiled, MnjitLowered
 
 _flatten = jax.tree_util.tree_flatten
 
@@ -37,6 +35,13 @@ def _leaf_signature(leaf: Any) -> tuple:
     return aval.shape, aval.dtype, aval.weak_type
 
 
+def _describe(key: tuple) -> str:
+    """A signature (a cache key) as the argument types it stands for."""
+    treedef, signature, static = key[0], key[1], key[2]
+    types = ", ".join(f"{dtype.name}{list(shape)}{' (weak)' if weak else ''}" for shape, dtype, weak in signature)
+    return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
+
+
 def _normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """Like jax.jit: names and positions of static parameters each imply the other."""
     argnums = () if argnums is None else ((argnums,) if isinstance(argnums, int) else tuple(argnums))
@@ -52,55 +57,6 @@ def _normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...]
                              params[i].kind == params[i].POSITIONAL_OR_KEYWORD}
     nums = set(argnums) | {positional.index(a) for a in argnames if a in positional}
     return tuple(sorted(nums)), tuple(sorted(names))
-
-
-@dataclass
-class MnjitLowered:
-    """One captured signature: its jaxpr, StableHLO and ONNX model."""
-
-    traced: Any
-    lowered: Any
-    model: ir.Model
-    conversion: hlo2onnx.ConversionReport | None = None
-    # Keeps the signature's Python callbacks callable (mnjit/host_callbacks.py).
-    callbacks: host_callbacks.Registration | None = None
-    # A lowering over symbolic dims goes through jax.export (its StableHLO is the artifact's).
-    exported: Any = None
-    tier: Callable[[], tiering.TierStatus] | None = None  # target="auto": which tier serves the signature
-
-    def report(self) -> str:
-        """Per StableHLO op kind, the ONNX op types it became; the fusions that fired; node counts before/after;
-        and the nodes the target runs on its fallback. Under target="auto", first the tier that serves."""
-        text = str(self.conversion)
-        return f"auto: {self.tier()}\n{text}" if self.tier is not None else text
-
-    @property
-    def jaxpr(self):
-        return self.traced.jaxpr
-
-    def as_text(self, debug_info: bool = False) -> str:
-        if self.exported is not None:
-            return self.exported.mlir_module()
-        return self.lowered.as_text(debug_info=debug_info)
-
-    @property
-    def onnx_model(self) -> onnx.ModelProto:
-        """The model as an onnx.ModelProto (built on each access: the cache keeps only the onnx-ir model)."""
-        return ir.to_proto(self.model)
-
-    @property
-    def model_bytes(self) -> bytes:
-        return self.onnx_model.SerializeToString()
-
-    def save(self, path: str | os.PathLike, external_data: str | None = None) -> None:
-        """Writes the model to `path`, atomically: a failure leaves any existing file as it was.
-
-        Weights go to the file `external_data` (a name relative to `path`'s folder) when given, and always
-        when they exceed protobuf's 2 GB limit (then beside `path`, as `<name>.data`).
-        A model holding Python host callbacks is refused: no runtime but mnjit's can call them.
-        """
-        host_callbacks.refuse_saving(self.callbacks, self.model)
-        save_model(self.model, path, external_data)
 
 
 def _has_symbolic_dims(tree) -> bool:
@@ -395,12 +351,42 @@ class MnjitFunction:
         if _has_symbolic_dims((args, kwargs)):
             return self._lower_symbolic(args, kwargs)
         lowered = self._lower(args, kwargs)
+        try:
+            key = self._key(args, kwargs)[0]
+        except _TracerSeen:  # lowered under a trace: no signature of this function's cache
+            return lowered
+        lowered.compiler = functools.partial(self._compiled, lowered, key, args, kwargs)
         if self._tiers is not None:  # the report says which tier serves the signature when it is printed
-            try:
-                lowered.tier = functools.partial(self._tier_of, self._key(args, kwargs)[0])
-            except _TracerSeen:  # lowered under a trace: no signature of this function's cache
-                pass
+            lowered.tier = functools.partial(self._tier_of, key)
         return lowered
+
+    def _compiled(self, lowered, key: Hashable, lowered_args: tuple, kwargs: dict) -> Compiled:
+        self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok)
+
+        positions = [i for i in self._static_argnums if i < len(lowered_args)]
+        static_kwargs = {k: kwargs[k] for k in self._static_argnames if k in kwargs}
+
+        def call(dynamic_args: tuple, dynamic_kwargs: dict):
+            # Called like jax's Compiled: with the dynamic arguments only; the static ones are the lowering's.
+            args = list(dynamic_args)
+            for i in positions:
+                args.insert(i, lowered_args[i])
+            kwargs = {**dynamic_kwargs, **static_kwargs}
+            try:
+                other = self._key(args, kwargs)[0]
+            except _TracerSeen:  # under a transformation: as the function itself (jax.jit's behaviour)
+                other = key
+            if other != key:
+                raise TypeError(f"{self.__name__} was compiled for {_describe(key)} and called with {_describe(other)}")
+            return self._call(tuple(args), kwargs)
+        return Compiled(lowered, call)
+
+    def trace(self, *args, **kwargs) -> jax.stages.Traced:
+        """jax.jit's trace (its jaxpr and output types); `lower` gives the ONNX model."""
+        return self._jitted.trace(*args, **kwargs)
+
+    def eval_shape(self, *args, **kwargs):
+        return self._jitted.eval_shape(*args, **kwargs)
 
     def _lower(self, args: tuple, kwargs: dict) -> MnjitLowered | partitioned.PartitionedLowered:
         # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.

@@ -36,7 +36,7 @@ import onnx_ir as ir
 import hlo2onnx
 from hlo2onnx import targets as target_table
 from hlo2onnx.errors import source_line
-from mnjit import device, host_callbacks
+from mnjit import device, host_callbacks, stages
 from hlo2onnx.files import save_model
 
 XLA = "xla"
@@ -92,6 +92,10 @@ class PartitionedLowered:
     out_slots: tuple[int, ...]
     whole: bool  # the whole function is one ONNX model: nothing was split
     tier: Callable[[], Any] | None = None  # target="auto": which tier serves the signature (mnjit/tiering.py)
+    compiler: Callable[[], Any] | None = None  # set by MnjitFunction.lower (mnjit/stages.py)
+
+    def compile(self):
+        return stages.compile_lowered(self)
 
     @property
     def jaxpr(self):

@@ -204,3 +204,52 @@ def test_unsupported_op_names_op_and_source_line():
 def test_not_callable_is_a_clear_error():
     with pytest.raises(TypeError, match="callable"):
         mnjit(3)
+
+
+# -- ahead-of-time stages, as jax.jit's ------------------------------------------------------------------------
+def _scaled(x, y, *, power):
+    return jnp.sin(x) * y ** power
+
+
+@pytest.mark.parametrize("options", [{}, {"fallback": True}, {"max_cache_size": 2}],
+                         ids=["default", "fallback", "capped"])
+def test_lower_compile_call_matches_jax_jit(options):
+    f = mnjit(_scaled, static_argnames="power", **options)
+    x, y = rand((3, 2)), np.float32(1.5)
+    spec = jax.ShapeDtypeStruct((3, 2), jnp.float32)
+    compiled = f.lower(spec, y, power=2).compile()
+    assert f.translations == 1  # compile() translated and cached the signature; the calls below reuse it
+    # Called with the dynamic arguments only, as jax's Compiled is.
+    assert_same(compiled(x, y), jax.jit(_scaled, static_argnames="power").lower(spec, y, power=2).compile()(x, y))
+    assert_same(f(x, y, power=2), compiled(x, y))
+    assert f.translations == 1
+    assert "Sin" in compiled.as_text()
+
+
+def _scaled_positional(x, y, power):
+    return _scaled(x, y, power=power)
+
+
+def test_compiled_refuses_another_signature():
+    compiled = mnjit(_scaled_positional, static_argnums=2).lower(rand((3, 2)), np.float32(1.5), 2).compile()
+    assert_same(compiled(rand((3, 2)), np.float32(1.5)), jax.jit(_scaled_positional, static_argnums=2)(rand((3, 2)), np.float32(1.5), 2))
+    with pytest.raises(TypeError, match=r"compiled for .*float32\[3, 2\].* called with .*float32\[4, 2\]"):
+        compiled(rand((4, 2)), np.float32(1.5))
+    with pytest.raises(TypeError, match="structure"):
+        compiled(rand((3, 2)))
+
+
+def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
+    f, jitted = mnjit(_scaled, static_argnames="power"), jax.jit(_scaled, static_argnames="power")
+    x, y = rand((3, 2)), np.float32(1.5)
+    assert str(f.trace(x, y, power=2).jaxpr) == str(jitted.trace(x, y, power=2).jaxpr)
+    assert f.eval_shape(x, y, power=2) == jitted.eval_shape(x, y, power=2)
+    assert str(f.lower(x, y, power=2).compiler_ir("stablehlo")) == str(
+        jitted.lower(x, y, power=2).compiler_ir("stablehlo"))
+
+
+def test_a_symbolic_lowering_does_not_compile():
+    (b,) = jax.export.symbolic_shape("b")
+    lowered = mnjit(jnp.sin).lower(jax.ShapeDtypeStruct((b, 3), jnp.float32))
+    with pytest.raises(ValueError, match="symbolic dims"):
+        lowered.compile()

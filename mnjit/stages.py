@@ -1,0 +1,96 @@
+"""What mnjit's AOT stages hand back, as jax.stages does: a lowered signature and its compiled form."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import onnx
+import onnx_ir as ir
+
+import hlo2onnx
+from hlo2onnx.files import save_model
+from mnjit import host_callbacks, tiering
+
+
+@dataclass
+class MnjitLowered:
+    """One captured signature: its jaxpr, StableHLO and ONNX model."""
+
+    traced: Any
+    lowered: Any
+    model: ir.Model
+    conversion: hlo2onnx.ConversionReport | None = None
+    # Keeps the signature's Python callbacks callable (mnjit/host_callbacks.py).
+    callbacks: host_callbacks.Registration | None = None
+    # A lowering over symbolic dims goes through jax.export (its StableHLO is the artifact's).
+    exported: Any = None
+    tier: Callable[[], tiering.TierStatus] | None = None  # target="auto": which tier serves the signature
+    compiler: Callable[[], Compiled] | None = None  # set by MnjitFunction.lower for concrete signatures
+
+    def report(self) -> str:
+        """Per StableHLO op kind, the ONNX op types it became; the fusions that fired; node counts before/after;
+        and the nodes the target runs on its fallback. Under target="auto", first the tier that serves."""
+        text = str(self.conversion)
+        return f"auto: {self.tier()}\n{text}" if self.tier is not None else text
+
+    def compile(self) -> Compiled:
+        return compile_lowered(self)
+
+    @property
+    def jaxpr(self):
+        return self.traced.jaxpr
+
+    def compiler_ir(self, dialect: str = "stablehlo"):
+        """jax's lowering's IR (jax.stages.Lowered.compiler_ir); the ONNX model is `model`."""
+        if self.lowered is None:
+            raise ValueError("a lowering with symbolic dims keeps jax.export's module: see as_text()")
+        return self.lowered.compiler_ir(dialect)
+
+    def as_text(self, debug_info: bool = False) -> str:
+        if self.exported is not None:
+            return self.exported.mlir_module()
+        return self.lowered.as_text(debug_info=debug_info)
+
+    @property
+    def onnx_model(self) -> onnx.ModelProto:
+        """The model as an onnx.ModelProto (built on each access: the cache keeps only the onnx-ir model)."""
+        return ir.to_proto(self.model)
+
+    @property
+    def model_bytes(self) -> bytes:
+        return self.onnx_model.SerializeToString()
+
+    def save(self, path: str | os.PathLike, external_data: str | None = None) -> None:
+        """Writes the model to `path`, atomically: a failure leaves any existing file as it was.
+
+        Weights go to the file `external_data` (a name relative to `path`'s folder) when given, and always
+        when they exceed protobuf's 2 GB limit (then beside `path`, as `<name>.data`).
+        A model holding Python host callbacks is refused: no runtime but mnjit's can call them.
+        """
+        host_callbacks.refuse_saving(self.callbacks, self.model)
+        save_model(self.model, path, external_data)
+
+
+def compile_lowered(lowered: Any) -> Compiled:
+    """`lowered.compile()`: the signature translated, its session made and cached, ready to call."""
+    if lowered.compiler is None:
+        raise ValueError("only a lowering of concrete arguments compiles (one with symbolic dims is for save(); "
+                         "one made under a jax transformation runs as jax.jit does)")
+    return lowered.compiler()
+
+
+@dataclass
+class Compiled:
+    """jax.stages.Compiled's counterpart: one signature ready to run, called with arguments of that signature
+    (another one is refused with a TypeError, as jax refuses it)."""
+
+    lowered: Any  # MnjitLowered or fallback.PartitionedLowered
+    call: Callable[[tuple, dict], Any]
+
+    def __call__(self, *args, **kwargs):
+        return self.call(args, kwargs)
+
+    def as_text(self) -> str:
+        """The ONNX model in ONNX's text syntax."""
+        return onnx.printer.to_text(self.lowered.onnx_model)
