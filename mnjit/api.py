@@ -17,6 +17,7 @@ from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
 from mnjit import device, ffi, host_callbacks, runtime, tiering, fallback as partitioned
+from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
 
 _flatten = jax.tree_util.tree_flatten
@@ -40,6 +41,18 @@ def _describe(key: tuple) -> str:
     treedef, signature, static = key[0], key[1], key[2]
     types = ", ".join(f"{dtype.name}{list(shape)}{' (weak)' if weak else ''}" for shape, dtype, weak in signature)
     return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
+
+
+def _check_placement(target: hlo2onnx.Target, device: Any, backend: str | None, in_shardings: Any,
+                     out_shardings: Any) -> None:
+    """jax.jit's placement options, accepted where they name the device the target runs on already."""
+    platform = "cuda" if target.device == "cuda" else "cpu"
+    for name, value in (("device", device and device.platform), ("backend", backend)):
+        if value is not None and value not in (platform, "gpu" if platform == "cuda" else platform):
+            raise ValueError(f"{name}={value!r}: mnjit runs target {target.name!r} on {platform}; choose the target "
+                             "instead (hlo2onnx.TARGETS)")
+    if in_shardings is not None or out_shardings is not None:
+        raise ValueError("in_shardings/out_shardings: mnjit runs on one device and places no shards")
 
 
 def _normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -172,7 +185,9 @@ class MnjitFunction:
     def __init__(self, fun: Callable, *, static_argnums=None, static_argnames=None,
                  target: str | hlo2onnx.Target = "ort-cpu", opset: int = hlo2onnx.DEFAULT_OPSET,
                  max_cache_size: int | None = None, donate_argnums=None, donate_argnames=None,
-                 fallback: bool = False, tier_policy: tiering.TierPolicy | None = None):
+                 fallback: bool = False, tier_policy: tiering.TierPolicy | None = None, keep_unused: bool = False,
+                 inline: bool = False, compiler_options: dict | None = None, device: Any = None,
+                 backend: str | None = None, in_shardings: Any = None, out_shardings: Any = None):
         if not callable(fun):
             raise TypeError(f"mnjit expects a callable, got {type(fun).__name__}")
         check_opset(opset)  # a ValueError: ORT would reject the model only at the first call
@@ -186,13 +201,16 @@ class MnjitFunction:
         if tier_policy is not None and not auto:
             raise ValueError("tier_policy applies to target='auto' only")
         self._target = hlo2onnx.targets.get(tiering.BASE if auto else target)
-        device.require(self._target)  # a missing runtime or device is refused now, never run elsewhere
+        _check_placement(self._target, device, backend, in_shardings, out_shardings)
+        require_runtime(self._target)  # a missing runtime or device is refused now, never run elsewhere
         self._opset = opset
         self._fallback = bool(fallback)  # split the program: what the target cannot run goes to jax.jit
         # donate_* are accepted for drop-in compatibility; ORT allocates fresh outputs anyway.
-        # keep_unused: jit would drop unused arguments and shift the inputs (docs/runtime.md).
+        # keep_unused: jit would drop unused arguments and shift the inputs (docs/runtime.md); a caller's
+        # keep_unused changes nothing they can see. inline and compiler_options apply where jax.jit runs the function
+        # (under a transformation, and the partitions fallback=True leaves to XLA).
         self._jitted = jax.jit(fun, static_argnums=self._static_argnums, static_argnames=self._static_argnames,
-                               keep_unused=True)
+                               keep_unused=True, inline=inline, compiler_options=compiler_options)
         # The fast path: jax.jit's own C++ dispatch, whose trace runs the ONNX model as a custom call
         # (mnjit/ffi.py). Signatures it cannot take (slow runs, loops, other targets) use the Python path, and so
         # does a capped cache: jax.jit's hits are invisible to mnjit, which could not keep LRU order. A fallback
@@ -474,6 +492,10 @@ class MnjitFunction:
 def mnjit(fun: Callable | None = None, *, static_argnums: int | Iterable[int] | None = None,
           static_argnames: str | Iterable[str] | None = None, **options) -> MnjitFunction | Callable:
     """Drop-in for jax.jit that runs the compiled function on ONNX Runtime.
+
+    jax.jit's options are accepted: `keep_unused`, `donate_*` (nothing visible changes), `inline` and
+    `compiler_options` (where jax.jit runs the function: under a transformation, fallback partitions), and
+    `device`/`backend` naming the target's own device; shardings are refused (one device).
 
     Options beyond jax.jit's: `target` (where the model runs and which ops it may use: a name in
     `hlo2onnx.TARGETS`; or "auto": ort-cpu at once, and iree-cpu once it is built in the background, where it

@@ -253,3 +253,27 @@ def test_a_symbolic_lowering_does_not_compile():
     lowered = mnjit(jnp.sin).lower(jax.ShapeDtypeStruct((b, 3), jnp.float32))
     with pytest.raises(ValueError, match="symbolic dims"):
         lowered.compile()
+
+
+@pytest.mark.parametrize("options", [{"keep_unused": True}, {"inline": True}, {"backend": "cpu"},
+                                     {"device": jax.devices("cpu")[0]}, {"in_shardings": None},
+                                     {"compiler_options": {"xla_cpu_enable_fast_math": False}}],
+                         ids=lambda o: next(iter(o)))
+def test_jax_jit_options_are_accepted(options):
+    """jax.jit's own options, swapped in with one line: placement that names the target's device, and what
+    applies where jax.jit runs the function (inline, compiler_options)."""
+    def f(x, unused):
+        return jnp.tanh(x) * 2.0
+    x = rand((3,))
+    assert_same(mnjit(f, **options)(x, x), jax.jit(f, **options)(x, x))
+    if "compiler_options" not in options:  # jax 0.10 refuses them on a jit nested under grad, as it would mnjit's
+        assert_same(jax.grad(lambda x: mnjit(f, **options)(x, x).sum())(x),
+                    jax.grad(lambda x: jax.jit(f, **options)(x, x).sum())(x))
+
+
+@pytest.mark.parametrize("options, message", [({"backend": "gpu"}, "backend='gpu'"),
+                                              ({"out_shardings": jax.sharding.SingleDeviceSharding(jax.devices()[0])},
+                                               "shard")])
+def test_placement_mnjit_cannot_give_is_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        mnjit(jnp.sin, **options)
