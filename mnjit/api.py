@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import inspect
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
@@ -16,7 +15,7 @@ import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
-from mnjit import device, ffi, host_callbacks, runtime, tiering, fallback as partitioned
+from mnjit import device, ffi, host_callbacks, jit_options, runtime, tiering, fallback as partitioned
 from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
 
@@ -34,42 +33,6 @@ def _leaf_signature(leaf: Any) -> tuple:
         raise _TracerSeen
     aval = jax.typeof(leaf)  # canonicalizes dtypes (int64 -> int32 without x64) and weak types
     return aval.shape, aval.dtype, aval.weak_type
-
-
-def _describe(key: tuple) -> str:
-    """A signature (a cache key) as the argument types it stands for."""
-    treedef, signature, static = key[0], key[1], key[2]
-    types = ", ".join(f"{dtype.name}{list(shape)}{' (weak)' if weak else ''}" for shape, dtype, weak in signature)
-    return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
-
-
-def _check_placement(target: hlo2onnx.Target, device: Any, backend: str | None, in_shardings: Any,
-                     out_shardings: Any) -> None:
-    """jax.jit's placement options, accepted where they name the device the target runs on already."""
-    platform = "cuda" if target.device == "cuda" else "cpu"
-    for name, value in (("device", device and device.platform), ("backend", backend)):
-        if value is not None and value not in (platform, "gpu" if platform == "cuda" else platform):
-            raise ValueError(f"{name}={value!r}: mnjit runs target {target.name!r} on {platform}; choose the target "
-                             "instead (hlo2onnx.TARGETS)")
-    if in_shardings is not None or out_shardings is not None:
-        raise ValueError("in_shardings/out_shardings: mnjit runs on one device and places no shards")
-
-
-def _normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Like jax.jit: names and positions of static parameters each imply the other."""
-    argnums = () if argnums is None else ((argnums,) if isinstance(argnums, int) else tuple(argnums))
-    argnames = () if argnames is None else ((argnames,) if isinstance(argnames, str) else tuple(argnames))
-    try:
-        params = list(inspect.signature(fun).parameters.values())
-    except (TypeError, ValueError):
-        return argnums, argnames
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    n = len(positional)
-    argnums = tuple(sorted({i + n if i < 0 else i for i in argnums}))
-    names = set(argnames) | {positional[i] for i in argnums if i < n and
-                             params[i].kind == params[i].POSITIONAL_OR_KEYWORD}
-    nums = set(argnums) | {positional.index(a) for a in argnames if a in positional}
-    return tuple(sorted(nums)), tuple(sorted(names))
 
 
 def _has_symbolic_dims(tree) -> bool:
@@ -195,13 +158,13 @@ class MnjitFunction:
             raise ValueError(f"max_cache_size must be at least 1 (or None), got {max_cache_size}")
         functools.update_wrapper(self, fun)
         self._fun = fun
-        self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
+        self._static_argnums, self._static_argnames = jit_options.normalize_static(fun, static_argnums, static_argnames)
         # "auto": ort-cpu's translation and runners, with a compiled tier built behind them (mnjit/tiering.py).
         auto = isinstance(target, str) and target == "auto"
         if tier_policy is not None and not auto:
             raise ValueError("tier_policy applies to target='auto' only")
         self._target = hlo2onnx.targets.get(tiering.BASE if auto else target)
-        _check_placement(self._target, device, backend, in_shardings, out_shardings)
+        jit_options.check_placement(self._target, device, backend, in_shardings, out_shardings)
         require_runtime(self._target)  # a missing runtime or device is refused now, never run elsewhere
         self._opset = opset
         self._fallback = bool(fallback)  # split the program: what the target cannot run goes to jax.jit
@@ -395,7 +358,8 @@ class MnjitFunction:
             except _TracerSeen:  # under a transformation: as the function itself (jax.jit's behaviour)
                 other = key
             if other != key:
-                raise TypeError(f"{self.__name__} was compiled for {_describe(key)} and called with {_describe(other)}")
+                raise TypeError(f"{self.__name__} was compiled for {jit_options.describe(key)} and called with "
+                                f"{jit_options.describe(other)}")
             return self._call(tuple(args), kwargs)
         return Compiled(lowered, call)
 

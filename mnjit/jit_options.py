@@ -1,0 +1,43 @@
+"""mnjit's reading of jax.jit's options: static arguments, placement, and signatures in messages."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import hlo2onnx
+
+
+def describe(key: tuple) -> str:
+    """A signature (a cache key) as the argument types it stands for."""
+    treedef, signature, static = key[0], key[1], key[2]
+    types = ", ".join(f"{dtype.name}{list(shape)}{' (weak)' if weak else ''}" for shape, dtype, weak in signature)
+    return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
+
+
+def check_placement(target: hlo2onnx.Target, device: Any, backend: str | None, in_shardings: Any,
+                    out_shardings: Any) -> None:
+    """jax.jit's placement options, accepted where they name the device the target runs on already."""
+    platform = "cuda" if target.device == "cuda" else "cpu"
+    for name, value in (("device", device and device.platform), ("backend", backend)):
+        if value is not None and value not in (platform, "gpu" if platform == "cuda" else platform):
+            raise ValueError(f"{name}={value!r}: mnjit runs target {target.name!r} on {platform}; choose the target "
+                             "instead (hlo2onnx.TARGETS)")
+    if in_shardings is not None or out_shardings is not None:
+        raise ValueError("in_shardings/out_shardings: mnjit runs on one device and places no shards")
+
+
+def normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Like jax.jit: names and positions of static parameters each imply the other."""
+    argnums = () if argnums is None else ((argnums,) if isinstance(argnums, int) else tuple(argnums))
+    argnames = () if argnames is None else ((argnames,) if isinstance(argnames, str) else tuple(argnames))
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return argnums, argnames
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    n = len(positional)
+    argnums = tuple(sorted({i + n if i < 0 else i for i in argnums}))
+    names = set(argnames) | {positional[i] for i in argnums if i < n and
+                             params[i].kind == params[i].POSITIONAL_OR_KEYWORD}
+    nums = set(argnums) | {positional.index(a) for a in argnames if a in positional}
+    return tuple(sorted(nums)), tuple(sorted(names))
