@@ -18,6 +18,9 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
 - Loop without a condition input (a trip count only: fori_loop): torch-mlir's conversion does not take the
   empty input. A constant true condition means the same. (While loops and loops with scan outputs are
   refused by the target: targets_iree.py.)
+- MatMul over an empty contracted axis (jnp.dot of (3, 0) by (0, 4)): iree-compile crashes (in
+  AnnotateDispatches, after warning that it reads a tensor.empty). On static shapes it is the zeros constant
+  it is, as an empty Slice is the empty constant.
 
 The model must carry inferred shapes (onnx.shape_inference) for the Slice rewrite; others need none.
 """
@@ -81,6 +84,8 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
         if node.domain in ("", "ai.onnx"):
             if node.op_type == "Slice":
                 replacement = _clamped_slice(node, constants, shapes, graph, counter)
+            elif node.op_type == "MatMul" and shapes.get(node.input[0], (1,))[-1:] == (0,):
+                replacement = _filled(node, shapes, elem_types, 0)
             elif node.op_type == "Neg" and elem_types.get(node.input[0]) in _WIDE_INTS:
                 replacement = [helper.make_node("Sub", [_zero(graph, counter, elem_types[node.input[0]]),
                                                         node.input[0]], list(node.output))]
@@ -196,6 +201,16 @@ def _crop_then_pad(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
     node.input[1] = _const(graph, counter, rest)
     nodes.append(node)
     return nodes
+
+
+def _filled(node, shapes, elem_types, value) -> list[onnx.NodeProto] | None:
+    """`node` as a Constant node of its static output shape filled with `value` (None when the shape or dtype
+    is not known)."""
+    shape, elem = shapes.get(node.output[0]), elem_types.get(node.output[0])
+    if shape is None or elem is None:
+        return None
+    values = np.full(shape, value, onnx.helper.tensor_dtype_to_np_dtype(elem))
+    return [helper.make_node("Constant", [], list(node.output), value=numpy_helper.from_array(values, node.output[0]))]
 
 
 def _clamped_slice(node, constants, shapes, graph, counter) -> list[onnx.NodeProto] | None:
