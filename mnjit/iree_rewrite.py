@@ -7,6 +7,10 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
   offsets to be non-negative"). The crop becomes a Slice, and the Pad keeps the non-negative pads.
 - Pad with mode="wrap" (periodic boundaries, patterns/movement.py): iree-compile did not finish in minutes
   on a 4x5 input. It becomes the Concat of Slices it was fused from.
+- Pad that widens one axis of size 1 at its end (how the translator spreads an axis apart for StableHLO's
+  interior padding: lax.associative_scan's interleave): iree-compile fails on it in a 1-d associative_scan
+  ("expected rank to be smaller or equal to the other rank", any dtype; the Concat compiles). It becomes
+  the Concat of x and the fill value expanded to the padded block.
 - Slice with starts or ends past the axis (ONNX clamps them): iree-compile refuses a start at or past the
   end ("slice along dimension 0 runs out-of-bounds: 18 >= 18"). Constant bounds on a static shape are
   clamped as ONNX says; a Slice that selects nothing becomes the empty constant it is.
@@ -118,6 +122,11 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
         elif mode == "constant" and ((lo < 0).any() or (hi < 0).any()):
             new_nodes += _crop_then_pad(node, lo, hi, graph, counter)
             changed = True
+        elif mode == "constant" and not lo.any() and np.count_nonzero(hi) == 1 \
+                and shapes.get(node.input[0], ())[int(np.flatnonzero(hi)[0]):][:1] == (1,) \
+                and (node.input[2:3] not in ([], [""]) or node.input[0] in elem_types):
+            new_nodes += _unit_pad_as_concat(node, hi, shapes[node.input[0]], elem_types, graph, counter)
+            changed = True
         else:
             new_nodes.append(node)
     if changed:
@@ -183,6 +192,16 @@ def _wrap_as_concat(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
         nodes.append(helper.make_node("Concat", parts, [out], axis=axis))
         x = out
     return nodes
+
+
+def _unit_pad_as_concat(node, hi, shape, elem_types, graph, counter) -> list[onnx.NodeProto]:
+    """Pad(x) by hi[axis] at the end of a size-1 axis: Concat(x, the fill value expanded to the pad's block)."""
+    axis = int(np.flatnonzero(hi)[0])
+    fill = node.input[2] if node.input[2:3] not in ([], [""]) else _zero(graph, counter, elem_types[node.input[0]])
+    block = _fresh(node.output[0], counter)
+    return [helper.make_node("Expand", [fill, _const(graph, counter, [*shape[:axis], int(hi[axis]), *shape[axis + 1:]])],
+                             [block]),
+            helper.make_node("Concat", [node.input[0], block], list(node.output), axis=axis)]
 
 
 def _crop_then_pad(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:

@@ -201,6 +201,8 @@ REWRITES = {
     "pad_wrap": (lambda x: jnp.pad(x, ((1, 1), (2, 3)), mode="wrap") * 2, ("Pad", "Concat"), rand((4, 5))),
     "pad_negative": (lambda x: jax.lax.pad(x, 0.5, ((-1, 2, 0), (1, -2, 0))), ("Pad", "Slice"), rand((4, 5))),
     "pad_crop_only": (lambda x: jax.lax.pad(x, 0.5, ((-1, -2, 0), (0, -1, 0))), ("Pad", "Identity"), rand((4, 5))),
+    "pad_interior": (lambda x: (jax.lax.pad(x, 0.5, ((0, 0, 2),)), jax.lax.associative_scan(jnp.add, x)),
+                     ("Pad", "Concat"), rand((7,))),
     "matmul_empty": (lambda x: x @ x.T, ("MatMul", "Constant"), np.zeros((3, 0), np.float32)),
     "neg_int": (lambda a: (-a, -(a * 3)), ("Neg", "Sub"), np.array([2**31 - 1, -2**31, 7, 0, -5], np.int32)),
     "max_min_clip_nan": (lambda x: (jnp.maximum(x, x[::-1]), jnp.minimum(x[::-1], x), jnp.clip(x, 0.0, 2.0),
