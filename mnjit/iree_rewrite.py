@@ -19,6 +19,11 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
 - Max and Min on floats return a NaN only from their second operand, and Clip drops it (as OpenVINO's,
   mnjit/openvino_rewrite.py). A constant operand goes first (it holds no NaN); otherwise the first operand's
   NaN is put back with IsNaN + Where, and Clip's likewise.
+- Loop and If bodies reading the main graph's shape operands (the [1, 1] sizes of the Split that takes a
+  complex value apart, axes, shapes): ONNX shape inference, which the importer runs first, reads no
+  outer-scope constant, so the body's values come out unranked, and torch-mlir crashes on them (in the Split
+  conversion; a Loop is not legalized). Each body gets Constant copies of the int64 scalars and vectors it
+  reads, and its values get their static shapes.
 - Loop without a condition input (a trip count only: fori_loop): torch-mlir's conversion does not take the
   empty input. A constant true condition means the same. (While loops and loops with scan outputs are
   refused by the target: targets_iree.py.)
@@ -75,10 +80,10 @@ def _constants(graph: onnx.GraphProto, outer: dict[str, np.ndarray]) -> dict[str
 
 def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list[int],
              outer_shapes: dict[str, tuple] | None = None) -> bool:
+    changed = _local_shape_operands(graph, outer, counter) if outer else False
     constants = _constants(graph, outer)
     shapes = _shapes(graph, outer_shapes or {})
     elem_types = _elem_types(graph)
-    changed = False
     new_nodes: list[onnx.NodeProto] = []
     for node in graph.node:
         for attr in node.attribute:
@@ -133,6 +138,28 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
         del graph.node[:]
         graph.node.extend(new_nodes)
     return changed
+
+
+def _local_shape_operands(body: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list[int]) -> bool:
+    """Gives a Loop or If body its own Constant copy of each outer int64 scalar or vector it reads past a
+    node's first input (the sizes, axes, shapes and bounds of Split, Unsqueeze, Reshape, Slice...)."""
+    own = _constants(body, {})
+    copies: dict[str, str] = {}
+    for node in body.node:
+        for i, name in enumerate(node.input):
+            value = outer.get(name)
+            if i == 0 or name in own or value is None or value.dtype != np.int64 or value.ndim > 1:
+                continue
+            if name not in copies:
+                copies[name] = _fresh(name, counter)
+            node.input[i] = copies[name]
+    local = [helper.make_node("Constant", [], [copy], value=numpy_helper.from_array(outer[name], copy))
+             for name, copy in copies.items()]
+    if local:
+        nodes = [*local, *body.node]
+        del body.node[:]
+        body.node.extend(nodes)
+    return bool(local)
 
 
 def _const(graph: onnx.GraphProto, counter: list[int], values) -> str:
