@@ -149,6 +149,9 @@ def test_while_and_scan_fall_back_to_ort_cpu() -> None:
     (lambda a: a * 3, (np.arange(5, dtype=np.uint32),), False, "uint32"),
     (lambda a: a + 1, (np.arange(5, dtype=np.int16),), False, "int16"),
     (jnp.sin, (np.linspace(0, 1, 5),), True, "Sin (no kernel for float64)"),
+    (lambda a: jax.lax.reduce_precision(a, 8, 7), (np.array([1e-39, -5e-40, 1.0], np.float32),), False,
+     "flushes subnormal float32"),
+    (lambda a: jax.lax.reduce_precision(a, 11, 30), (np.array([1e-310, 1.0]),), True, "flushes subnormal float64"),
 ])
 def test_refused_dtypes_run_with_fallback(fun, args, x64, what) -> None:
     with jax.enable_x64(x64):
