@@ -7,10 +7,12 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
   offsets to be non-negative"). The crop becomes a Slice, and the Pad keeps the non-negative pads.
 - Pad with mode="wrap" (periodic boundaries, patterns/movement.py): iree-compile did not finish in minutes
   on a 4x5 input. It becomes the Concat of Slices it was fused from.
-- Pad that widens one axis of size 1 at its end (how the translator spreads an axis apart for StableHLO's
-  interior padding: lax.associative_scan's interleave): iree-compile fails on it in a 1-d associative_scan
-  ("expected rank to be smaller or equal to the other rank", any dtype; the Concat compiles). It becomes
-  the Concat of x and the fill value expanded to the padded block.
+- Pad (constant mode, pads >= 0) becomes the Concat of x and the fill value expanded to each padded block
+  where iree-compile fails on it: one that widens a size-1 axis at its end (how the translator spreads an
+  axis apart for StableHLO's interior padding) in a 1-d associative_scan ("expected rank to be smaller or
+  equal to the other rank", any dtype), and an int64 or float64 Pad filling with anything but a constant 0:
+  two of them feeding one elementwise op failed ("'stream.yield' op used resource not listed in explicit
+  captures": an int64 cumprod; a float64 max over -inf fills alike).
 - Slice with starts or ends past the axis (ONNX clamps them): iree-compile refuses a start at or past the
   end ("slice along dimension 0 runs out-of-bounds: 18 >= 18"). Constant bounds on a static shape are
   clamped as ONNX says; a Slice that selects nothing becomes the empty constant it is.
@@ -42,6 +44,7 @@ from onnx import helper, numpy_helper
 _END = np.iinfo(np.int64).max  # Slice's "to the end"
 _BEFORE_START = np.iinfo(np.int64).min  # a negative-step Slice's "through index 0"
 _WIDE_INTS = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+_WIDE_64 = {onnx.TensorProto.INT64, onnx.TensorProto.DOUBLE}
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
@@ -125,12 +128,17 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
             new_nodes += _wrap_as_concat(node, lo, hi, graph, counter)
             changed = True
         elif mode == "constant" and ((lo < 0).any() or (hi < 0).any()):
+            shape, elem = shapes.get(node.input[0]), elem_types.get(node.input[0])
             new_nodes += _crop_then_pad(node, lo, hi, graph, counter)
+            if new_nodes[-1] is node and shape is not None and _wide_fill(node, elem, constants):
+                cropped = tuple(int(d) for d in np.add(shape, np.minimum(lo, 0) + np.minimum(hi, 0)))
+                new_nodes[-1:] = _pad_as_concat(node, np.maximum(lo, 0), np.maximum(hi, 0), cropped, elem, graph,
+                                                counter)
             changed = True
-        elif mode == "constant" and not lo.any() and np.count_nonzero(hi) == 1 \
-                and shapes.get(node.input[0], ())[int(np.flatnonzero(hi)[0]):][:1] == (1,) \
-                and (node.input[2:3] not in ([], [""]) or node.input[0] in elem_types):
-            new_nodes += _unit_pad_as_concat(node, hi, shapes[node.input[0]], elem_types, graph, counter)
+        elif mode == "constant" and node.input[0] in shapes and node.input[0] in elem_types \
+                and (_spreads_unit_axis(lo, hi, shapes[node.input[0]])
+                     or _wide_fill(node, elem_types[node.input[0]], constants)):
+            new_nodes += _pad_as_concat(node, lo, hi, shapes[node.input[0]], elem_types[node.input[0]], graph, counter)
             changed = True
         else:
             new_nodes.append(node)
@@ -221,14 +229,37 @@ def _wrap_as_concat(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
     return nodes
 
 
-def _unit_pad_as_concat(node, hi, shape, elem_types, graph, counter) -> list[onnx.NodeProto]:
-    """Pad(x) by hi[axis] at the end of a size-1 axis: Concat(x, the fill value expanded to the pad's block)."""
-    axis = int(np.flatnonzero(hi)[0])
-    fill = node.input[2] if node.input[2:3] not in ([], [""]) else _zero(graph, counter, elem_types[node.input[0]])
-    block = _fresh(node.output[0], counter)
-    return [helper.make_node("Expand", [fill, _const(graph, counter, [*shape[:axis], int(hi[axis]), *shape[axis + 1:]])],
-                             [block]),
-            helper.make_node("Concat", [node.input[0], block], list(node.output), axis=axis)]
+def _spreads_unit_axis(lo, hi, shape: tuple) -> bool:
+    """Pads that widen one size-1 axis at its end only (the spread of StableHLO's interior padding)."""
+    return not lo.any() and np.count_nonzero(hi) == 1 and shape[int(np.flatnonzero(hi)[0])] == 1
+
+
+def _wide_fill(node, elem: int, constants: dict[str, np.ndarray]) -> bool:
+    """A 64-bit Pad whose fill value is not a constant zero."""
+    fill = constants.get(node.input[2]) if node.input[2:3] not in ([], [""]) else np.zeros(())
+    return elem in _WIDE_64 and (fill is None or fill.any())
+
+
+def _pad_as_concat(node, lo, hi, shape, elem: int, graph, counter) -> list[onnx.NodeProto]:
+    """Pad(x) by pads >= 0 axis by axis: Concat(fill block, x, fill block), the fill value expanded to each
+    block's shape."""
+    fill = node.input[2] if node.input[2:3] not in ([], [""]) else _zero(graph, counter, elem)
+    nodes: list[onnx.NodeProto] = []
+    x, shape = node.input[0], list(shape)
+    axes = [axis for axis in range(len(lo)) if lo[axis] or hi[axis]]
+    for k, axis in enumerate(axes):
+        parts = []
+        for size in (int(lo[axis]), None, int(hi[axis])):
+            if size is None or size:
+                block = x if size is None else _fresh(node.output[0], counter)
+                if size:
+                    nodes.append(helper.make_node("Expand", [fill, _const(graph, counter, [*shape[:axis], size,
+                                                                                           *shape[axis + 1:]])], [block]))
+                parts.append(block)
+        out = node.output[0] if k == len(axes) - 1 else _fresh(node.output[0], counter)
+        nodes.append(helper.make_node("Concat", parts, [out], axis=axis))
+        x, shape[axis] = out, shape[axis] + int(lo[axis] + hi[axis])
+    return nodes
 
 
 def _crop_then_pad(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:

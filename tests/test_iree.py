@@ -230,6 +230,22 @@ def test_rewrite_is_exact_on_ort(name) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def test_wide_pad_fills_as_concat() -> None:
+    """int64 and float64 Pads filling with non-zero values (cumprod's 1s, a max's -inf) become Concats of the
+    expanded fill: the same values on ORT, and IREE compiles them (two such Pads into one Mul did not)."""
+    fun = lambda a, f: (jax.lax.cumprod(a, axis=1), jax.lax.cummax(f, axis=0))  # noqa: E731
+    with jax.enable_x64(True):
+        args = (rand((2, 10), np.int64, low=-0.3, high=0.3), rand((6, 3), np.float64))
+        proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=TARGET).lower(*args).onnx_model, data_prop=True)
+        rewritten = onnx.ModelProto()
+        rewritten.CopyFrom(proto)
+        assert for_iree(rewritten)
+        assert "Pad" in {n.op_type for n in proto.graph.node} and "Pad" not in {n.op_type for n in rewritten.graph.node}
+        for want, got in zip(_ort(proto, args), _ort(rewritten, args)):
+            np.testing.assert_array_equal(got, want)
+        assert_same(mnjit(fun, target=TARGET)(*args), jax.jit(fun)(*args), (0, 0))
+
+
 def test_bodies_get_static_shapes() -> None:
     """An If body reading the main graph's Split sizes gets its own copy: ONNX shape inference (the importer's)
     then gives every body value a static shape (unranked ones crashed iree-compile), and ORT the same values."""
