@@ -33,7 +33,8 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
   AnnotateDispatches, after warning that it reads a tensor.empty). On static shapes it is the zeros constant
   it is, as an empty Slice is the empty constant.
 
-The model must carry inferred shapes (onnx.shape_inference) for the Slice rewrite; others need none.
+The model must carry inferred shapes (onnx.shape_inference) for the Slice, MatMul and Pad-as-Concat rewrites;
+others need none.
 """
 from __future__ import annotations
 
