@@ -236,9 +236,9 @@ def _spreads_unit_axis(lo, hi, shape: tuple) -> bool:
 
 
 def _wide_fill(node, elem: int, constants: dict[str, np.ndarray]) -> bool:
-    """A 64-bit Pad whose fill value is not a constant zero."""
+    """A 64-bit Pad whose fill value is not a constant of zero bits (-0.0 is not)."""
     fill = constants.get(node.input[2]) if node.input[2:3] not in ([], [""]) else np.zeros(())
-    return elem in _WIDE_64 and (fill is None or fill.any())
+    return elem in _WIDE_64 and (fill is None or any(fill.tobytes()))
 
 
 def _pad_as_concat(node, lo, hi, shape, elem: int, graph, counter) -> list[onnx.NodeProto]:
