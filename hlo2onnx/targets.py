@@ -172,6 +172,9 @@ class Target:
     # Ops (keyed like `wrong`) the runtime does not take at all for these dtypes (a compiler's importer lacks
     # them): rules with another lowering take it (compute_dtype), and validate refuses what is left.
     refused: dict[str, frozenset[np.dtype]] = field(default_factory=dict)
+    # The runtime's float arithmetic reads and writes subnormals as zeros (as XLA's CPU code does): lowerings
+    # that find a float's bits by arithmetic cannot see them.
+    flushes_subnormals: bool = False
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)
@@ -290,6 +293,7 @@ IREE_CPU = Target(
     dict(ORT_CPU.missing),
     dtypes=_parse(targets_iree.DTYPES),
     refused={op: _parse(spec) for op, spec in targets_iree.REFUSED.items()},
+    flushes_subnormals=True,  # measured: 1e-39 * 1.5 and reduce_precision(1e-39, 8, 23) gave 0
     description="IREE (iree-base-compiler) compiled for the host CPU; no int16 or unsigned types but uint8, "
                 "no Loop with scan outputs, DFT, ConvTranspose, f64 trigonometry or float scatter-min/max",
     runtime="iree", providers=(), device="cpu", fallback_chain=("ort-cpu",))

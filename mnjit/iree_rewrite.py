@@ -7,6 +7,12 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
   offsets to be non-negative"). The crop becomes a Slice, and the Pad keeps the non-negative pads.
 - Pad with mode="wrap" (periodic boundaries, patterns/movement.py): iree-compile did not finish in minutes
   on a 4x5 input. It becomes the Concat of Slices it was fused from.
+- Pad (constant mode, pads >= 0) becomes the Concat of x and the fill value expanded to each padded block
+  where iree-compile fails on it: one that widens a size-1 axis at its end (how the translator spreads an
+  axis apart for StableHLO's interior padding) in a 1-d associative_scan ("expected rank to be smaller or
+  equal to the other rank", any dtype), and an int64 or float64 Pad filling with anything but a constant 0:
+  two of them feeding one elementwise op failed ("'stream.yield' op used resource not listed in explicit
+  captures": an int64 cumprod; a float64 max over -inf fills alike).
 - Slice with starts or ends past the axis (ONNX clamps them): iree-compile refuses a start at or past the
   end ("slice along dimension 0 runs out-of-bounds: 18 >= 18"). Constant bounds on a static shape are
   clamped as ONNX says; a Slice that selects nothing becomes the empty constant it is.
@@ -15,14 +21,23 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
 - Max and Min on floats return a NaN only from their second operand, and Clip drops it (as OpenVINO's,
   mnjit/openvino_rewrite.py). A constant operand goes first (it holds no NaN); otherwise the first operand's
   NaN is put back with IsNaN + Where, and Clip's likewise.
+- Loop and If bodies reading the main graph's shape operands (the [1, 1] sizes of the Split that takes a
+  complex value apart, axes, shapes): ONNX shape inference, which the importer runs first, reads no
+  outer-scope constant, so the body's values come out unranked, and torch-mlir crashes on them (in the Split
+  conversion; a Loop is not legalized). Each body gets Constant copies of the int64 scalars and vectors it
+  reads, and its values get their static shapes.
 - Loop without a condition input (a trip count only: fori_loop): torch-mlir's conversion does not take the
   empty input. A constant true condition means the same. (While loops and loops with scan outputs are
   refused by the target: targets_iree.py.)
 - ReduceL2 on float64: torch-mlir's conversion takes the square root in f32 (the sum truncated to f32,
   its sqrt extended back: the norm came back an f32 value, 2e-8 off), which put JAX-MD's f64 FIRE step 1e-9
   off jax.jit (its force norm). It becomes Sqrt(ReduceSumSquare), both kept in f64 by IREE.
+- MatMul over an empty contracted axis (jnp.dot of (3, 0) by (0, 4)): iree-compile crashes (in
+  AnnotateDispatches, after warning that it reads a tensor.empty). On static shapes it is the zeros constant
+  it is, as an empty Slice is the empty constant.
 
-The model must carry inferred shapes (onnx.shape_inference) for the Slice rewrite; others need none.
+The model must carry inferred shapes (onnx.shape_inference) for the Slice, MatMul and Pad-as-Concat rewrites;
+others need none.
 """
 from __future__ import annotations
 
@@ -33,6 +48,7 @@ from onnx import helper, numpy_helper
 _END = np.iinfo(np.int64).max  # Slice's "to the end"
 _BEFORE_START = np.iinfo(np.int64).min  # a negative-step Slice's "through index 0"
 _WIDE_INTS = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+_WIDE_64 = {onnx.TensorProto.INT64, onnx.TensorProto.DOUBLE}
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
@@ -71,10 +87,10 @@ def _constants(graph: onnx.GraphProto, outer: dict[str, np.ndarray]) -> dict[str
 
 def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list[int],
              outer_shapes: dict[str, tuple] | None = None) -> bool:
+    changed = _local_shape_operands(graph, outer, counter) if outer else False
     constants = _constants(graph, outer)
     shapes = _shapes(graph, outer_shapes or {})
     elem_types = _elem_types(graph)
-    changed = False
     new_nodes: list[onnx.NodeProto] = []
     for node in graph.node:
         for attr in node.attribute:
@@ -84,6 +100,8 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
         if node.domain in ("", "ai.onnx"):
             if node.op_type == "Slice":
                 replacement = _clamped_slice(node, constants, shapes, graph, counter)
+            elif node.op_type == "MatMul" and shapes.get(node.input[0], (1,))[-1:] == (0,):
+                replacement = _filled(node, shapes, elem_types, 0)
             elif node.op_type == "Neg" and elem_types.get(node.input[0]) in _WIDE_INTS:
                 replacement = [helper.make_node("Sub", [_zero(graph, counter, elem_types[node.input[0]]),
                                                         node.input[0]], list(node.output))]
@@ -116,7 +134,17 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
             new_nodes += _wrap_as_concat(node, lo, hi, graph, counter)
             changed = True
         elif mode == "constant" and ((lo < 0).any() or (hi < 0).any()):
+            shape, elem = shapes.get(node.input[0]), elem_types.get(node.input[0])
             new_nodes += _crop_then_pad(node, lo, hi, graph, counter)
+            if new_nodes[-1] is node and shape is not None and _wide_fill(node, elem, constants):
+                cropped = tuple(int(d) for d in np.add(shape, np.minimum(lo, 0) + np.minimum(hi, 0)))
+                new_nodes[-1:] = _pad_as_concat(node, np.maximum(lo, 0), np.maximum(hi, 0), cropped, elem, graph,
+                                                counter)
+            changed = True
+        elif mode == "constant" and node.input[0] in shapes and node.input[0] in elem_types \
+                and (_spreads_unit_axis(lo, hi, shapes[node.input[0]])
+                     or _wide_fill(node, elem_types[node.input[0]], constants)):
+            new_nodes += _pad_as_concat(node, lo, hi, shapes[node.input[0]], elem_types[node.input[0]], graph, counter)
             changed = True
         else:
             new_nodes.append(node)
@@ -124,6 +152,28 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
         del graph.node[:]
         graph.node.extend(new_nodes)
     return changed
+
+
+def _local_shape_operands(body: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list[int]) -> bool:
+    """Gives a Loop or If body its own Constant copy of each outer int64 scalar or vector it reads past a
+    node's first input (the sizes, axes, shapes and bounds of Split, Unsqueeze, Reshape, Slice...)."""
+    own = _constants(body, {})
+    copies: dict[str, str] = {}
+    for node in body.node:
+        for i, name in enumerate(node.input):
+            value = outer.get(name)
+            if i == 0 or name in own or value is None or value.dtype != np.int64 or value.ndim > 1:
+                continue
+            if name not in copies:
+                copies[name] = _fresh(name, counter)
+            node.input[i] = copies[name]
+    local = [helper.make_node("Constant", [], [copy], value=numpy_helper.from_array(outer[name], copy))
+             for name, copy in copies.items()]
+    if local:
+        nodes = [*local, *body.node]
+        del body.node[:]
+        body.node.extend(nodes)
+    return bool(local)
 
 
 def _const(graph: onnx.GraphProto, counter: list[int], values) -> str:
@@ -192,6 +242,39 @@ def _wrap_as_concat(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
     return nodes
 
 
+def _spreads_unit_axis(lo, hi, shape: tuple) -> bool:
+    """Pads that widen one size-1 axis at its end only (the spread of StableHLO's interior padding)."""
+    return not lo.any() and np.count_nonzero(hi) == 1 and shape[int(np.flatnonzero(hi)[0])] == 1
+
+
+def _wide_fill(node, elem: int, constants: dict[str, np.ndarray]) -> bool:
+    """A 64-bit Pad whose fill value is not a constant of zero bits (-0.0 is not)."""
+    fill = constants.get(node.input[2]) if node.input[2:3] not in ([], [""]) else np.zeros(())
+    return elem in _WIDE_64 and (fill is None or any(fill.tobytes()))
+
+
+def _pad_as_concat(node, lo, hi, shape, elem: int, graph, counter) -> list[onnx.NodeProto]:
+    """Pad(x) by pads >= 0 axis by axis: Concat(fill block, x, fill block), the fill value expanded to each
+    block's shape."""
+    fill = node.input[2] if node.input[2:3] not in ([], [""]) else _zero(graph, counter, elem)
+    nodes: list[onnx.NodeProto] = []
+    x, shape = node.input[0], list(shape)
+    axes = [axis for axis in range(len(lo)) if lo[axis] or hi[axis]]
+    for k, axis in enumerate(axes):
+        parts = []
+        for size in (int(lo[axis]), None, int(hi[axis])):
+            if size is None or size:
+                block = x if size is None else _fresh(node.output[0], counter)
+                if size:
+                    nodes.append(helper.make_node("Expand", [fill, _const(graph, counter, [*shape[:axis], size,
+                                                                                           *shape[axis + 1:]])], [block]))
+                parts.append(block)
+        out = node.output[0] if k == len(axes) - 1 else _fresh(node.output[0], counter)
+        nodes.append(helper.make_node("Concat", parts, [out], axis=axis))
+        x, shape[axis] = out, shape[axis] + int(lo[axis] + hi[axis])
+    return nodes
+
+
 def _crop_then_pad(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
     """Pad with negative pads: Slice off the cropped ends, then Pad by what is left (>= 0)."""
     axes = [axis for axis in range(len(lo)) if lo[axis] < 0 or hi[axis] < 0]
@@ -208,6 +291,16 @@ def _crop_then_pad(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
     node.input[1] = _const(graph, counter, rest)
     nodes.append(node)
     return nodes
+
+
+def _filled(node, shapes, elem_types, value) -> list[onnx.NodeProto] | None:
+    """`node` as a Constant node of its static output shape filled with `value` (None when the shape or dtype
+    is not known)."""
+    shape, elem = shapes.get(node.output[0]), elem_types.get(node.output[0])
+    if shape is None or elem is None:
+        return None
+    values = np.full(shape, value, onnx.helper.tensor_dtype_to_np_dtype(elem))
+    return [helper.make_node("Constant", [], list(node.output), value=numpy_helper.from_array(values, node.output[0]))]
 
 
 def _clamped_slice(node, constants, shapes, graph, counter) -> list[onnx.NodeProto] | None:

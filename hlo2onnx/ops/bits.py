@@ -229,6 +229,13 @@ def reduce_precision(ctx: RuleContext, x, *, exponent_bits: int, mantissa_bits: 
     if dtype not in _FORMATS:
         raise NotImplementedError(f"reduce_precision on {dtype}")
     source_exponent, source_mantissa = _FORMATS[dtype]
+    if exponent_bits >= source_exponent and mantissa_bits >= source_mantissa:
+        return b.op("Identity", x)  # every value of the format is one of the reduced format
+    if b.target.flushes_subnormals and exponent_bits >= source_exponent \
+            and _FORMATS[_compute_dtype(dtype)][0] == source_exponent:
+        # The bits are read by arithmetic, which sees the input's subnormals as zeros there, and they are kept.
+        raise NotImplementedError(f"{b.target.name} flushes subnormal {dtype} values, which reduce_precision to "
+                                  f"{exponent_bits} exponent bits keeps: no exact lowering for {dtype}")
     width = _bits(dtype)
     i = lambda v: b.const(v, I64)  # noqa: E731
     bits = float_to_bits(b, x, dtype)
