@@ -91,7 +91,7 @@ def _complex_ops(block) -> Iterator[str]:
 
 
 # The targets beside ort-cpu (which runs every op the tests cover), as columns of the matrix.
-MATRIX_TARGETS = ("core", "openvino-cpu", "ort-cuda")
+MATRIX_TARGETS = ("core", "openvino-cpu", "ort-cuda", "iree-cpu")
 
 
 def fits(text: str, target: str) -> bool | None:
@@ -141,9 +141,10 @@ def support_matrix() -> str:
              "`yes` when, for each of those element types, some test case holding the op translates for the target",
              "with nothing refused; `not ...` lists the element types no such case shows, and `no` means no case",
              "holding the op fits the target. A case is judged whole, so an op refused beside another counts as",
-             "unshown: the column is what the tests prove, a lower bound. `core` and `openvino-cpu` refuse with an",
-             "error naming the op; `ort-cuda` runs the refused part on its CPU provider. The tables are in",
-             "hlo2onnx/targets.py.", "",
+             "unshown: the column is what the tests prove, a lower bound. `core`, `openvino-cpu` and `iree-cpu`",
+             "refuse with an error naming the op; `ort-cuda` runs the refused part on its CPU provider. The tables",
+             "are in hlo2onnx/targets.py. `iree-cpu` runs every case of the tables it takes, matched against jax.jit",
+             "(tests/test_iree.py's stress run), but for the few IREE compile failures named in its COMPILE_ERRORS.", "",
              "| op | element types tested | uses | " + " | ".join(MATRIX_TARGETS) + " |",
              "|---|---|---|" + "---|" * len(MATRIX_TARGETS)]
     for op in sorted(dtypes):
