@@ -58,8 +58,13 @@ class Backend:
 # synchronous one ("local-sync", on the calling thread) was 7x faster on the 64x64 CFD step (343 small nodes:
 # 0.35x jax.jit against 2.46x) and 10-15% slower on the MLP and transformer block, measured at load 8-10 on
 # 2 cores.
-CPU = Backend("local-task", ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                             "--iree-llvmcpu-target-cpu=host", *_NO_DEMOTION), "cpu")
+# Convolutions as im2col + matmul: IREE's direct convolution codegen for llvm-cpu made the CNN row 25-34x
+# jax.jit, im2col 2.4-3.2x in the same processes (8-11x faster, load 5.5-6.7; 2.0x at load 1.6), outputs the
+# same to 1e-7 relative (benchmarks/bench_iree_flags.py; the other flags tried: docs/performance.md). Models
+# without a convolution compile to the same code.
+_CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+              "--iree-llvmcpu-target-cpu=host", "--iree-global-opt-use-im2col-for-convs")
+CPU = Backend("local-task", (*_CPU_FLAGS, *_NO_DEMOTION), "cpu")
 
 
 def cuda_backend(device: jax.Device) -> Backend:
