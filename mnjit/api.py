@@ -180,6 +180,7 @@ class MnjitFunction:
         # function's partitions all run inside that one jax.jit (mnjit/fallback.py, `fused`).
         self._fast_ok = (self._target.runtime == "onnxruntime" and self._target.device == "cpu"
                          and max_cache_size is None)
+
         def dispatch(*args, **kwargs):
             return self._traced_call(*args, **kwargs)
         functools.update_wrapper(dispatch, fun)  # jax's errors name the user's function and argument paths
@@ -342,8 +343,7 @@ class MnjitFunction:
         return lowered
 
     def _compiled(self, lowered, key: Hashable, lowered_args: tuple, kwargs: dict) -> Compiled:
-        self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok)
-
+        self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok)  # translated and cached now
         positions = [i for i in self._static_argnums if i < len(lowered_args)]
         static_kwargs = {k: kwargs[k] for k in self._static_argnames if k in kwargs}
 

@@ -82,8 +82,8 @@ def compile_lowered(lowered: Any) -> Compiled:
 
 @dataclass
 class Compiled:
-    """jax.stages.Compiled's counterpart: one signature ready to run, called with arguments of that signature
-    (another one is refused with a TypeError, as jax refuses it)."""
+    """jax.stages.Compiled's counterpart: one signature ready to run, called (as jax's is) with the dynamic
+    arguments only, the static ones being the lowering's; another signature is refused with a TypeError."""
 
     lowered: Any  # MnjitLowered or fallback.PartitionedLowered
     call: Callable[[tuple, dict], Any]
