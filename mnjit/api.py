@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import threading
 from dataclasses import dataclass
@@ -277,9 +278,11 @@ class MnjitFunction:
                 pass
         return entry.runner.run(leaves)
 
-    def _lookup_or_compile(self, key: Hashable, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
-        """The cached entry, or a new one: the first thread to miss a signature translates it, and threads
-        missing it meanwhile wait for that result."""
+    def _lookup_or_compile(self, key: Hashable, args: tuple, kwargs: dict, fast: bool = False,
+                           lowered: MnjitLowered | partitioned.PartitionedLowered | None = None) -> _CacheEntry:
+        """The cached entry, or a new one: the first thread to miss a signature translates it (or takes
+        `lowered`, this signature's translation already made), and threads missing it meanwhile wait for that
+        result."""
         while True:
             with self._lock:
                 entry = self._cache.get(key)
@@ -297,7 +300,7 @@ class MnjitFunction:
                     return pending.entry
                 continue  # the translating thread failed (or was interrupted): try on our own
             try:
-                entry = self._compile(args, kwargs, fast)
+                entry = self._compile(args, kwargs, fast, lowered)
                 if self._tiers is not None:  # queues the compiled tier's build: this call does not wait for it
                     entry.tier = self._tiers.start(entry.lowered.traced, key[-1])
                 pending.entry = entry
@@ -343,7 +346,7 @@ class MnjitFunction:
         return lowered
 
     def _compiled(self, lowered, key: Hashable, lowered_args: tuple, kwargs: dict) -> Compiled:
-        self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok)  # translated and cached now
+        self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok, lowered=lowered)  # cached now
         positions = [i for i in self._static_argnums if i < len(lowered_args)]
         static_kwargs = {k: kwargs[k] for k in self._static_argnames if k in kwargs}
 
@@ -395,12 +398,17 @@ class MnjitFunction:
                                            converted.target, converted.violations)
         return MnjitLowered(traced, None, converted.model, report, exported=exported)
 
-    def _compile(self, args: tuple, kwargs: dict, fast: bool = False) -> _CacheEntry:
+    def _compile(self, args: tuple, kwargs: dict, fast: bool = False,
+                 lowered: MnjitLowered | partitioned.PartitionedLowered | None = None) -> _CacheEntry:
         with InterruptGuard():
-            return self._compile_guarded(args, kwargs, fast)
+            return self._compile_guarded(args, kwargs, fast, lowered)
 
-    def _compile_guarded(self, args: tuple, kwargs: dict, fast: bool) -> _CacheEntry:
-        lowered = self._lower(args, kwargs)
+    def _compile_guarded(self, args: tuple, kwargs: dict, fast: bool,
+                         lowered: MnjitLowered | partitioned.PartitionedLowered | None) -> _CacheEntry:
+        # A caller's lowering (lower().compile()) is not translated again; the entry keeps its own copy, which
+        # drops the StableHLO below and holds nothing of the caller's compile().
+        lowered = self._lower(args, kwargs) if lowered is None else dataclasses.replace(lowered, compiler=None,
+                                                                                         tier=None)
         if self._fallback:
             entry = _CacheEntry(lowered, lowered.traced.out_tree,
                                 functools.partial(partitioned.PartitionedRunner, lowered, _runner_for))

@@ -14,7 +14,7 @@ import pytest
 
 import hlo2onnx
 from harness import assert_same, rand
-from mnjit import mnjit
+from mnjit import MnjitFunction, mnjit
 from mnjit.runtime import OrtRunner
 
 
@@ -213,12 +213,15 @@ def _scaled(x, y, *, power):
 
 @pytest.mark.parametrize("options", [{}, {"fallback": True}, {"max_cache_size": 2}],
                          ids=["default", "fallback", "capped"])
-def test_lower_compile_call_matches_jax_jit(options):
+def test_lower_compile_call_matches_jax_jit(options, monkeypatch):
     f = mnjit(_scaled, static_argnames="power", **options)
     x, y = rand((3, 2)), np.float32(1.5)
     spec = jax.ShapeDtypeStruct((3, 2), jnp.float32)
-    compiled = f.lower(spec, y, power=2).compile()
-    assert f.translations == 1  # compile() translated and cached the signature; the calls below reuse it
+    lowered = f.lower(spec, y, power=2)
+    monkeypatch.setattr(MnjitFunction, "_lower", lambda *a: pytest.fail("compile() translated again"))
+    compiled = lowered.compile()
+    assert f.translations == 1  # compile() cached the lowering's translation; the calls below reuse it
+    assert "stablehlo.sine" in lowered.as_text()  # the caller's lowering keeps its StableHLO
     # Called with the dynamic arguments only, as jax's Compiled is.
     assert_same(compiled(x, y), jax.jit(_scaled, static_argnames="power").lower(spec, y, power=2).compile()(x, y))
     assert_same(f(x, y, power=2), compiled(x, y))
