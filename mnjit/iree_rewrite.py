@@ -101,7 +101,7 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
             if node.op_type == "Slice":
                 replacement = _clamped_slice(node, constants, shapes, graph, counter)
             elif node.op_type == "MatMul" and shapes.get(node.input[0], (1,))[-1:] == (0,):
-                replacement = _filled(node, shapes, elem_types, 0)
+                replacement = _zeros(node, shapes.get(node.output[0]), elem_types.get(node.output[0]))
             elif node.op_type == "Neg" and elem_types.get(node.input[0]) in _WIDE_INTS:
                 replacement = [helper.make_node("Sub", [_zero(graph, counter, elem_types[node.input[0]]),
                                                         node.input[0]], list(node.output))]
@@ -247,16 +247,21 @@ def _spreads_unit_axis(lo, hi, shape: tuple) -> bool:
     return not lo.any() and np.count_nonzero(hi) == 1 and shape[int(np.flatnonzero(hi)[0])] == 1
 
 
+def _fill_input(node) -> str:
+    """A Pad's constant_value input, "" when it has none (a zero fill)."""
+    return node.input[2] if len(node.input) > 2 else ""
+
+
 def _wide_fill(node, elem: int, constants: dict[str, np.ndarray]) -> bool:
     """A 64-bit Pad whose fill value is not a constant of zero bits (-0.0 is not)."""
-    fill = constants.get(node.input[2]) if node.input[2:3] not in ([], [""]) else np.zeros(())
+    fill = constants.get(_fill_input(node)) if _fill_input(node) else np.zeros(())
     return elem in _WIDE_64 and (fill is None or any(fill.tobytes()))
 
 
 def _pad_as_concat(node, lo, hi, shape, elem: int, graph, counter) -> list[onnx.NodeProto]:
     """Pad(x) by pads >= 0 axis by axis: Concat(fill block, x, fill block), the fill value expanded to each
     block's shape."""
-    fill = node.input[2] if node.input[2:3] not in ([], [""]) else _zero(graph, counter, elem)
+    fill = _fill_input(node) or _zero(graph, counter, elem)
     nodes: list[onnx.NodeProto] = []
     x, shape = node.input[0], list(shape)
     axes = [axis for axis in range(len(lo)) if lo[axis] or hi[axis]]
@@ -266,8 +271,8 @@ def _pad_as_concat(node, lo, hi, shape, elem: int, graph, counter) -> list[onnx.
             if size is None or size:
                 block = x if size is None else _fresh(node.output[0], counter)
                 if size:
-                    nodes.append(helper.make_node("Expand", [fill, _const(graph, counter, [*shape[:axis], size,
-                                                                                           *shape[axis + 1:]])], [block]))
+                    block_shape = _const(graph, counter, [*shape[:axis], size, *shape[axis + 1:]])
+                    nodes.append(helper.make_node("Expand", [fill, block_shape], [block]))
                 parts.append(block)
         out = node.output[0] if k == len(axes) - 1 else _fresh(node.output[0], counter)
         nodes.append(helper.make_node("Concat", parts, [out], axis=axis))
@@ -293,13 +298,11 @@ def _crop_then_pad(node, lo, hi, graph, counter) -> list[onnx.NodeProto]:
     return nodes
 
 
-def _filled(node, shapes, elem_types, value) -> list[onnx.NodeProto] | None:
-    """`node` as a Constant node of its static output shape filled with `value` (None when the shape or dtype
-    is not known)."""
-    shape, elem = shapes.get(node.output[0]), elem_types.get(node.output[0])
+def _zeros(node, shape, elem: int | None) -> list[onnx.NodeProto] | None:
+    """`node` as a Constant of zeros of `shape` (None when the shape or dtype is not known)."""
     if shape is None or elem is None:
         return None
-    values = np.full(shape, value, onnx.helper.tensor_dtype_to_np_dtype(elem))
+    values = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(elem))
     return [helper.make_node("Constant", [], list(node.output), value=numpy_helper.from_array(values, node.output[0]))]
 
 
@@ -323,12 +326,7 @@ def _clamped_slice(node, constants, shapes, graph, counter) -> list[onnx.NodePro
         new_starts.append(lo)
         new_ends.append(_BEFORE_START if step < 0 and hi < 0 else hi)
     if 0 in out_shape:
-        elem = _elem_types(graph).get(node.output[0])
-        if elem is None:
-            return None
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
-        return [helper.make_node("Constant", [], list(node.output),
-                                 value=numpy_helper.from_array(np.zeros(out_shape, dtype), node.output[0]))]
+        return _zeros(node, out_shape, _elem_types(graph).get(node.output[0]))
     if list(starts) == new_starts and list(ends) == new_ends:
         return None
     node.input[1] = _const(graph, counter, new_starts)
