@@ -50,8 +50,9 @@ def _key():
     return jax.random.PRNGKey(0)
 
 
-def _potential():
-    params, potential_fn, _, _ = initialize_model(_key(), eight_schools, model_args=(SIGMA, OBSERVED))
+def _potential(model=eight_schools, args=(SIGMA, OBSERVED), kwargs=None):
+    """A model's initial unconstrained parameters and its potential (eight schools by default)."""
+    params, potential_fn, _, _ = initialize_model(_key(), model, model_args=args, model_kwargs=kwargs)
     return params, potential_fn
 
 
@@ -113,10 +114,11 @@ def gaussian_process(x, y=None):
     numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(x.shape[0]), covariance_matrix=k), obs=y)
 
 
-def _value_and_grad(model, *args, **kwargs):
+def _of_potential(transform, model=eight_schools, args=(SIGMA, OBSERVED), kwargs=None):
+    """A case: `transform` of the model's potential, at its initial parameters."""
     def build():
-        params, potential_fn, _, _ = initialize_model(_key(), model, model_args=args, model_kwargs=kwargs)
-        return jax.value_and_grad(potential_fn), (params.z,)
+        params, potential_fn = _potential(model, args, kwargs)
+        return transform(potential_fn), (params.z,)
     return build
 
 
@@ -149,16 +151,18 @@ CASES = {
                                np.linspace(-1, 1, 12).reshape(4, 3)), 2e-6, 1e-13),
     "student_t_log_prob": (_log_prob(lambda: dist.StudentT(3.0, 0.0, 1.0), np.linspace(-3, 3, 10)), 2e-6, 1e-13),
     "beta_log_prob": (_log_prob(lambda: dist.Beta(2.0, 3.0), np.linspace(0.1, 0.9, 10)), 2e-6, 1e-13),
-    "potential": (lambda: (_potential()[1], (_potential()[0].z,)), 2e-6, 1e-13),
-    "potential_grad": (lambda: (jax.grad(_potential()[1]), (_potential()[0].z,)), 1e-5, 1e-12),
+    "potential": (_of_potential(lambda potential_fn: potential_fn), 2e-6, 1e-13),
+    "potential_grad": (_of_potential(jax.grad), 1e-5, 1e-12),
     "nuts_transition": (lambda: _transition("NUTS"), 2e-5, 1e-11),
     "hmc_transition": (lambda: _transition("HMC", trajectory_length=1.0), 2e-5, 1e-11),
     "nuts_chain_3": (lambda: _chain(3), 2e-5, 1e-11),
     "svi_update": (_svi_update, 2e-5, 1e-11),
     "svi_mvn_guide": (_svi_mvn_guide, 1e-4, 1e-10),
-    "ar1_scan_value_and_grad": (_value_and_grad(ar1, y=np.sin(np.arange(20.0))), 1e-5, 1e-12),
-    "gaussian_process_value_and_grad": (_value_and_grad(gaussian_process, np.linspace(0, 1, 15),
-                                                        np.sin(6 * np.linspace(0, 1, 15))), 1e-4, 1e-10),
+    "ar1_scan_value_and_grad": (_of_potential(jax.value_and_grad, ar1, (), {"y": np.sin(np.arange(20.0))}), 1e-5,
+                                1e-12),
+    "gaussian_process_value_and_grad": (_of_potential(jax.value_and_grad, gaussian_process,
+                                                      (np.linspace(0, 1, 15), np.sin(6 * np.linspace(0, 1, 15)))),
+                                        1e-4, 1e-10),
     "svi_20_steps": (_svi_steps, 1e-4, 1e-10),
     "predictive": (_predictive, 2e-5, 1e-11),
 }
