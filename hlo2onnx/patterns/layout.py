@@ -15,6 +15,8 @@ per-channel bias) get a Reshape when their non-1 dims keep their order.
 """
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import onnx_ir as ir
 
@@ -45,7 +47,7 @@ class _Region:
         self.reduce_exits: list[ir.Node] = []  # keepdims=0 reductions whose output keeps its layout
         self.boundary: list[ir.Value] = []  # region outputs read outside it: they get the Transpose back
 
-    def grow(self, order: list[ir.Node], position: dict[ir.Node, int]) -> bool:
+    def grow(self, position: dict[ir.Node, int]) -> bool:
         """Visits the consumers in graph (topological) order, so every operand from inside is known as such.
 
         A consumer the region cannot absorb (or a graph output) keeps reading the transposed layout through
@@ -54,21 +56,28 @@ class _Region:
         """
         start = self.transpose.outputs[0]
         self.moved.add(start)
-        pending = {use.node for use in start.uses()}
-        i = position[self.transpose] + 1
-        while pending and i < len(order):
-            node = order[i]
-            i += 1
-            if node not in pending:
-                continue
-            pending.discard(node)
-            kind = self._absorb(node)
-            if kind == "region":
+        # The consumers by position (a heap), not a scan of the graph from the Transpose on: a gradient reads
+        # forward values thousands of nodes later, and the scan made the pass quadratic in the model's size.
+        pending: list[tuple[int, ir.Node]] = []
+        queued: set[ir.Node] = set()
+
+        def queue_readers(value: ir.Value) -> bool:
+            for reader in {use.node for use in value.uses()} - queued:
+                if reader not in position:  # a consumer in a subgraph (a Loop body reading the value): not handled
+                    return False
+                queued.add(reader)
+                heapq.heappush(pending, (position[reader], reader))
+            return True
+
+        if not queue_readers(start):
+            return False
+        while pending:
+            _, node = heapq.heappop(pending)
+            if self._absorb(node) == "region":
                 self.nodes.append(node)
                 self.moved.add(node.outputs[0])
-                pending.update(use.node for use in node.outputs[0].uses())
-        if pending:  # a consumer in a subgraph (a Loop body reading the value): not handled
-            return False
+                if not queue_readers(node.outputs[0]):
+                    return False
         inside = set(self.nodes) | set(self.exits) | set(self.reduce_exits)
         self.boundary = [v for v in self.moved if v.is_graph_output() or any(u.node not in inside for u in v.uses())]
         if start in self.boundary:  # the Transpose itself would stay
@@ -224,7 +233,7 @@ def sink_transposes(model: ir.Model) -> int:
         if node.graph is not graph:  # removed as the exit of an earlier region
             continue
         region = _Region(node)
-        if region.grow(order, position):
+        if region.grow(position):
             removed += 1 + len(region.exits)
             region.rewrite(graph)
             order = list(graph)  # the rewrite inserts Reshapes and removes the Transposes
