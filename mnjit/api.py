@@ -5,6 +5,7 @@ import collections
 import dataclasses
 import functools
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
 
@@ -200,6 +201,10 @@ class MnjitFunction:
             tiering.unavailable_reason()) if auto else None
 
     # -- calling -----------------------------------------------------------------
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """A bound method when it decorates one, as jax.jit's result is (`self` is then argument 0)."""
+        return self if instance is None else types.MethodType(self, instance)
+
     def __call__(self, *args, **kwargs):
         if self._tiers is None:
             return self._call(args, kwargs)

@@ -101,6 +101,10 @@ class PartitionedLowered:
     def jaxpr(self):
         return self.traced.jaxpr
 
+    def cost_analysis(self) -> Any:
+        """jax's estimate for the whole program (jax.stages.Lowered.cost_analysis)."""
+        return self.traced.lower().cost_analysis()
+
     @property
     def onnx_partitions(self) -> list[Partition]:
         return [p for p in self.partitions if p.is_onnx]

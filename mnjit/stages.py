@@ -47,6 +47,13 @@ class MnjitLowered:
             raise ValueError("a lowering with symbolic dims keeps jax.export's module: see as_text()")
         return self.lowered.compiler_ir(dialect)
 
+    def cost_analysis(self) -> Any:
+        """jax's estimate for the program (jax.stages.Lowered.cost_analysis): flops and bytes of the StableHLO
+        mnjit translated."""
+        if self.lowered is None:
+            raise ValueError("a lowering with symbolic dims has no cost analysis")
+        return self.lowered.cost_analysis()
+
     def as_text(self, debug_info: bool = False) -> str:
         if self.exported is not None:
             return self.exported.mlir_module()
@@ -90,6 +97,10 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         return self.call(args, kwargs)
+
+    def cost_analysis(self) -> Any:
+        """The lowering's (jax's estimate: ONNX Runtime gives none)."""
+        return self.lowered.cost_analysis()
 
     def as_text(self) -> str:
         """The ONNX model in ONNX's text syntax."""

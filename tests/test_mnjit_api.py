@@ -251,6 +251,47 @@ def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
         jitted.lower(x, y, power=2).compiler_ir("stablehlo"))
 
 
+@pytest.mark.parametrize("fallback", [False, True])
+def test_cost_analysis_is_jax_jits(fallback):
+    f, jitted = mnjit(_scaled, static_argnames="power", fallback=fallback), jax.jit(_scaled, static_argnames="power")
+    x, y = rand((3, 2)), np.float32(1.5)
+    expected = jitted.lower(x, y, power=2).cost_analysis()
+    lowered = f.lower(x, y, power=2)
+    assert lowered.cost_analysis()["flops"] == expected["flops"] > 0
+    assert lowered.compile().cost_analysis()["flops"] == expected["flops"]
+
+
+class _Scaler:
+    """Methods decorated as jax's docs do: `self` static (hashable by its scale), or an array argument."""
+
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    def __hash__(self):
+        return hash(self.scale)
+
+    def __eq__(self, other):
+        return isinstance(other, _Scaler) and other.scale == self.scale
+
+    def apply(self, x):
+        return x * self.scale + 1.0
+
+    def not_static(self, x):
+        return x
+
+
+@pytest.mark.parametrize("jit", [jax.jit, mnjit])
+def test_decorated_methods_bind_like_jax_jit(jit):
+    cls = type("Scaler", (_Scaler,), {"apply": functools.partial(jit, static_argnums=0)(_Scaler.apply),
+                                      "not_static": jit(_Scaler.not_static)})
+    x = rand((3, 2))
+    for scale in (2.0, 3.0):  # the static self is part of the signature
+        assert_same(cls(scale).apply(x), jax.jit(lambda v: v * scale + 1.0)(x))
+    assert_same(cls.apply(cls(2.0), x), cls(2.0).apply(x))  # looked up on the class: unbound
+    with pytest.raises(TypeError, match="not_static"):  # self traced as an array: jax.jit's own error
+        cls(2.0).not_static(x)
+
+
 def test_a_symbolic_lowering_does_not_compile():
     (b,) = jax.export.symbolic_shape("b")
     lowered = mnjit(jnp.sin).lower(jax.ShapeDtypeStruct((b, 3), jnp.float32))
