@@ -81,7 +81,7 @@ class Partition:
 
 
 @dataclass
-class PartitionedLowered:
+class PartitionedLowered(stages.TracedInfo):
     """One captured signature, split into ONNX partitions and jax.jit partitions (`report()` lists them)."""
 
     traced: Any
@@ -94,7 +94,7 @@ class PartitionedLowered:
     tier: Callable[[], Any] | None = None  # target="auto": which tier serves the signature (mnjit/tiering.py)
     compiler: Callable[[], Any] | None = None  # set by MnjitFunction.lower (mnjit/stages.py)
 
-    def compile(self):
+    def compile(self, compiler_options: dict | None = None):
         return stages.compile_lowered(self)
 
     @property

@@ -13,8 +13,35 @@ from hlo2onnx.files import save_model
 from mnjit import host_callbacks, tiering
 
 
+class TracedInfo:
+    """jax.stages' description of a signature (args_info, in_avals, in_tree, out_info, out_tree), read from the
+    trace the stage was made from (`traced`), as jax's Lowered and Compiled give it."""
+
+    traced: Any
+
+    @property
+    def args_info(self) -> Any:
+        return self.traced.args_info
+
+    @property
+    def in_avals(self) -> Any:
+        return self.traced.in_avals
+
+    @property
+    def in_tree(self) -> Any:
+        return self.traced.in_tree
+
+    @property
+    def out_info(self) -> Any:
+        return self.traced.out_info
+
+    @property
+    def out_tree(self) -> Any:
+        return self.traced.out_tree
+
+
 @dataclass
-class MnjitLowered:
+class MnjitLowered(TracedInfo):
     """One captured signature: its jaxpr, StableHLO and ONNX model."""
 
     traced: Any
@@ -34,7 +61,8 @@ class MnjitLowered:
         text = str(self.conversion)
         return f"auto: {self.tier()}\n{text}" if self.tier is not None else text
 
-    def compile(self) -> Compiled:
+    def compile(self, compiler_options: dict | None = None) -> Compiled:
+        """The signature ready to call (`compiler_options`, XLA's, are accepted as jax.jit's are)."""
         return compile_lowered(self)
 
     @property
@@ -54,10 +82,13 @@ class MnjitLowered:
             raise ValueError("a lowering with symbolic dims has no cost analysis")
         return self.lowered.cost_analysis()
 
-    def as_text(self, debug_info: bool = False) -> str:
+    def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
+        """jax's lowering as text (jax.stages.Lowered.as_text); the ONNX model is `model`."""
         if self.exported is not None:
+            if dialect not in (None, "stablehlo"):
+                raise ValueError("a lowering with symbolic dims keeps jax.export's StableHLO only")
             return self.exported.mlir_module()
-        return self.lowered.as_text(debug_info=debug_info)
+        return self.lowered.as_text(dialect, debug_info=debug_info)
 
     @property
     def onnx_model(self) -> onnx.ModelProto:
@@ -88,7 +119,7 @@ def compile_lowered(lowered: Any) -> Compiled:
 
 
 @dataclass
-class Compiled:
+class Compiled(TracedInfo):
     """jax.stages.Compiled's counterpart: one signature ready to run, called (as jax's is) with the dynamic
     arguments only, the static ones being the lowering's; another signature is refused with a TypeError."""
 
@@ -97,6 +128,10 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         return self.call(args, kwargs)
+
+    @property
+    def traced(self) -> Any:
+        return self.lowered.traced
 
     def cost_analysis(self) -> Any:
         """The lowering's (jax's estimate: ONNX Runtime gives none)."""

@@ -252,6 +252,24 @@ def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
 
 
 @pytest.mark.parametrize("fallback", [False, True])
+def test_stage_descriptions_are_jax_jits(fallback):
+    """args_info, in_avals, in/out trees and out_info of the Lowered and the Compiled, as jax.jit's give them;
+    as_text takes jax's dialect, compile jax's compiler_options."""
+    f, jitted = mnjit(_scaled, static_argnames="power", fallback=fallback), jax.jit(_scaled, static_argnames="power")
+    x, y = rand((3, 2)), np.float32(1.5)
+    theirs = jitted.lower(x, y, power=2)
+    ours = f.lower(x, y, power=2)
+    for stage in (ours, ours.compile(compiler_options={})):
+        for name in ("in_avals", "in_tree", "out_tree"):
+            assert getattr(stage, name) == getattr(theirs, name), name
+        assert str(stage.args_info) == str(theirs.args_info)
+        assert str(stage.out_info) == str(theirs.out_info)
+    if not fallback:
+        assert ours.as_text("hlo") == theirs.as_text("hlo")
+        assert "loc(" in ours.as_text(debug_info=True) and "loc(" not in ours.as_text()
+
+
+@pytest.mark.parametrize("fallback", [False, True])
 def test_cost_analysis_is_jax_jits(fallback):
     f, jitted = mnjit(_scaled, static_argnames="power", fallback=fallback), jax.jit(_scaled, static_argnames="power")
     x, y = rand((3, 2)), np.float32(1.5)
