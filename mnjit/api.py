@@ -206,6 +206,8 @@ class MnjitFunction:
         return self if instance is None else types.MethodType(self, instance)
 
     def __call__(self, *args, **kwargs):
+        if jax.config.jax_disable_jit:  # as jax.jit's: the function runs op by op (print, pdb, concrete values)
+            return self._fun(*args, **kwargs)
         if self._tiers is None:
             return self._call(args, kwargs)
         result = None

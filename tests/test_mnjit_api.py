@@ -251,6 +251,21 @@ def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
         jitted.lower(x, y, power=2).compiler_ir("stablehlo"))
 
 
+def test_disable_jit_runs_the_function_op_by_op():
+    """Under jax.disable_jit(), as jax.jit's function does: concrete values inside (float() of one works), and
+    nothing translated."""
+    def f(x, n):
+        return x * float(x.sum()) + n
+
+    g = mnjit(f, static_argnums=1)
+    x = jnp.asarray(rand((3,)))
+    with jax.disable_jit():
+        assert_same(g(x, 2), jax.jit(f, static_argnums=1)(x, 2))
+    assert g.translations == 0
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        g(x, 2)
+
+
 @pytest.mark.parametrize("fallback", [False, True])
 def test_stage_descriptions_are_jax_jits(fallback):
     """args_info, in_avals, in/out trees and out_info of the Lowered and the Compiled, as jax.jit's give them;
