@@ -175,6 +175,9 @@ class Target:
     # The runtime's float arithmetic reads and writes subnormals as zeros (as XLA's CPU code does): lowerings
     # that find a float's bits by arithmetic cannot see them.
     flushes_subnormals: bool = False
+    # The runtime's compiler fuses a broadcast into the loop of the op that reads it (IREE): the patterns that
+    # materialize broadcasts for ORT's kernels (patterns/last_axis.py) only add copies there.
+    fuses_broadcasts: bool = False
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)
@@ -294,6 +297,7 @@ IREE_CPU = Target(
     dtypes=_parse(targets_iree.DTYPES),
     refused={op: _parse(spec) for op, spec in targets_iree.REFUSED.items()},
     flushes_subnormals=True,  # measured: 1e-39 * 1.5 and reduce_precision(1e-39, 8, 23) gave 0
+    fuses_broadcasts=True,
     description="IREE (iree-base-compiler) compiled for the host CPU; no int16 or unsigned types but uint8, "
                 "no Loop with scan outputs, DFT, ConvTranspose, f64 trigonometry or float scatter-min/max",
     runtime="iree", providers=(), device="cpu", fallback_chain=("ort-cpu",))

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import onnx
 import pytest
 
 from hlo2onnx import targets
@@ -107,6 +108,66 @@ def test_remainder_is_exact_on_ort(dtype, corpus) -> None:
     with jax.enable_x64(dtype is np.float64):
         x, y = corpus(dtype)
         _compare(x, y, NO_MOD, skip_subnormal=False)
+
+
+def _pair_difference(a, b):
+    """x_i - x_j + x_0: a pair displacement, the broadcast of smaller operands that fmod bounds |x| from."""
+    return a[:, None] - b[None, :] + a[0]
+
+
+def _compare_pairs(dtype, corpus, target, skip_subnormal: bool, n: int = 40) -> None:
+    """fmod of a pair difference (the one-pass bound on |x| decides its If) against jax.jit, bit for bit."""
+    with np.errstate(over="ignore"):  # _mixed's own check overflows on its largest f64 values
+        values, divisors = corpus(dtype, n=4 * n * n)
+    a, b = values[:n], values[n:2 * n]
+    y = np.resize(divisors, (n, n)) if divisors.size else np.ones((n, n), dtype)
+    f = lambda a, b, y: jax.lax.rem(_pair_difference(a, b), y)  # noqa: E731
+    expected = np.asarray(jax.jit(f)(a, b, y))
+    actual = np.asarray(mnjit(f, target=target)(a, b, y))
+    nan = np.isnan(expected.astype(np.float64))
+    same = (_bits(actual) == _bits(expected)) | (nan & np.isnan(actual.astype(np.float64)))
+    if skip_subnormal:
+        x = np.asarray(jax.jit(_pair_difference)(a, b))
+        tiny = float(ml_dtypes.finfo(dtype).tiny)
+        subnormal = lambda v: (v != 0) & (np.abs(v.astype(np.float64)) < tiny)  # noqa: E731
+        same |= subnormal(x) | subnormal(y) | subnormal(expected)
+    bad = np.argwhere(~same)
+    assert bad.size == 0, [(a[i], b[j], y[i, j], expected[i, j], actual[i, j]) for i, j in bad[:5]]
+
+
+_PAIR_CORPORA = [_wide, _small, _near_limit, _mixed]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("corpus", _PAIR_CORPORA)
+def test_remainder_of_pair_differences_on_ort(dtype, corpus) -> None:
+    with jax.enable_x64(dtype is np.float64):
+        _compare_pairs(dtype, corpus, NO_MOD, skip_subnormal=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("corpus", _PAIR_CORPORA)
+def test_remainder_of_pair_differences_on_iree(dtype, corpus) -> None:
+    pytest.importorskip("iree.runtime")
+    with jax.enable_x64(dtype is np.float64):
+        _compare_pairs(dtype, corpus, "iree-cpu", skip_subnormal=True)
+
+
+def test_pair_difference_bound_reads_no_pair_tensor() -> None:
+    """The If's test on a pair difference reduces the (n,) operands only, and each branch computes the
+    difference itself (none is made outside the If); a remainder of a graph input still reduces x."""
+    n = 64
+    a, y = np.linspace(-3, 3, n, dtype=np.float32), np.full((n, n), 2.5, np.float32)
+    f = lambda a, y: jax.lax.rem(_pair_difference(a, a), y)  # noqa: E731
+    model = onnx.shape_inference.infer_shapes(mnjit(f, target=NO_MOD).lower(a, y).onnx_model)
+    sizes = {v.name: int(np.prod([d.dim_value for d in v.type.tensor_type.shape.dim]))
+             for v in [*model.graph.input, *model.graph.value_info]}
+    reduced = [sizes[node.input[0]] for node in model.graph.node if node.op_type == "ReduceMax"]  # |x|'s
+    assert reduced and max(reduced) <= n, reduced
+    assert not [node for node in model.graph.node if node.op_type == "Sub"]  # the difference is in the branches
+    x = np.full((n, n), 7.0, np.float32)
+    plain = onnx.shape_inference.infer_shapes(mnjit(jax.lax.rem, target=NO_MOD).lower(x, y).onnx_model)
+    assert sum(node.op_type == "ReduceMax" for node in plain.graph.node) == 1
 
 
 def test_remainder_without_mod_node() -> None:

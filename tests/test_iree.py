@@ -211,6 +211,9 @@ REWRITES = {
                      ("Pad", "Concat"), rand((7,))),
     "matmul_empty": (lambda x: x @ x.T, ("MatMul", "Constant"), np.zeros((3, 0), np.float32)),
     "neg_int": (lambda a: (-a, -(a * 3)), ("Neg", "Sub"), np.array([2**31 - 1, -2**31, 7, 0, -5], np.int32)),
+    "sum_square_short_axis": (lambda x: (jnp.sum(x * x, -1), jnp.sum(x[..., :2] * x[..., :2], -1, keepdims=True),
+                                         jnp.sum(x[..., 1:] * x[..., 1:], -1)),
+                              ("ReduceSumSquare", "Gather"), rand((30, 20, 4))),
     "max_min_clip_nan": (lambda x: (jnp.maximum(x, x[::-1]), jnp.minimum(x[::-1], x), jnp.clip(x, 0.0, 2.0),
                                     jnp.maximum(x, 1.0), jax.lax.cummax(x, axis=1)), ("Max", "Where"), NAN),
 }
@@ -333,6 +336,16 @@ def test_rewrites_on_iree_match_jax_exactly() -> None:
 
     args = (NAN, np.array([2**31 - 1, -2**31, 7, 0, -5], np.int32))
     assert_same(mnjit(fun, target=TARGET)(*args), jax.jit(fun)(*args), (0, 0))
+
+
+def test_sum_of_two_squares_is_not_fused_into_an_fma() -> None:
+    """A pair distance's x0 * x0 + x1 * x1 (ReduceSumSquare over 2 components) on IREE: every bit of jax.jit's
+    reduction, which rounds both squares; IREE contracts a square written as its own Mul into an FMA (16% of
+    these sums were off by an ulp)."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((300, 200, 2)) * np.exp2(rng.integers(-8, 8, (300, 200, 2)))).astype(np.float32)
+    f = lambda x: jnp.sum(x * x, -1)  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(mnjit(f, target=TARGET)(x)), np.asarray(jax.jit(f)(x)))
 
 
 # -- the runner: dtypes, zero copy, threads -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from harness import Case, rand, run_case
+from mnjit import mnjit
 from test_algebra import all_ops
 
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -2.5, 1e-30])
@@ -45,6 +46,18 @@ def test_widened(case):
     run_case(case)
     with jax.enable_x64(case.x64):
         assert all_ops(case.fun, *case.args)["Concat"] == 1
+
+
+def test_fusing_targets_keep_the_broadcast():
+    """A target whose compiler fuses broadcasts (IREE) gets the broadcasting op itself: the Concat would be
+    two strided copies there. The values are still jax.jit's."""
+    pytest.importorskip("iree.runtime")
+    s, v = operands(300)
+    for target, concats in (("ort-cpu", 1), ("iree-cpu", 0)):
+        model = mnjit(force, target=target).lower(s, v).onnx_model
+        assert sum(node.op_type == "Concat" for node in model.graph.node) == concats, target
+    product = lambda s, v: s[..., None] * v  # noqa: E731  one rounding per element: every bit the same
+    np.testing.assert_array_equal(np.asarray(mnjit(product, target="iree-cpu")(s, v)), jax.jit(product)(s, v))
 
 
 def test_small_arrays_keep_the_broadcast():

@@ -90,7 +90,7 @@ def optimize_report(model: ir.Model, target: Target) -> Report:
     report.rewrites = algebra.simplify(model, target, {**algebra.RULES, **movement.RULES, **remainder.RULES})
     clean(model)
     report.rewrites += algebra.widen_broadcasts(model)
-    report.rewrites += last_axis.widen_last_axes(model)
+    report.rewrites += last_axis.widen_last_axes(model, broadcasts=not target.fuses_broadcasts)
     accumulated = accumulate_into_gemms(model)  # after the clean-ups: they settle the Gemms' forms
     if accumulated:
         report.fusions["GemmAccumulate"] = accumulated
