@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import stat
 import sys
 import time
 from typing import Callable, Sequence, TextIO
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
                         "JAX on the same inputs and print the largest difference")
     parser.add_argument("--inputs", metavar="NPZ", help="inputs for --check (implies it): arrays named like the "
-                        "ONNX inputs, or arr_0, arr_1 ... in order; default: random, from the signature")
+                        "ONNX inputs, or arr_0, arr_1 ... in order (a .npy file: the first input); default: "
+                        "random, from the signature")
     parser.add_argument("--report", action="store_true", help="print the op mapping: StableHLO ops by kind, "
                         "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
                         "and after, and the nodes the target runs on a fallback")
@@ -162,6 +164,11 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
     output = _output_path(args.input, args.output) if args.output or not repo else None
     if output == "-" and args.external_data:
         raise Hlo2OnnxError("--external-data needs an output file (-o FILE), not stdout")
+    if output not in (None, "-"):
+        _refuse_overwriting_input(args.input, output, "-o/--output")
+        if args.external_data:
+            folder = os.path.dirname(os.path.realpath(output))
+            _refuse_overwriting_input(args.input, os.path.join(folder, args.external_data), "--external-data")
     inputs = _read_inputs(args.inputs) if args.inputs else None
     progress = ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
     conversion = convert(args.input, None, target=args.target, opset=args.opset, name=args.name,
@@ -204,10 +211,16 @@ def _read_inputs(path: str) -> dict:
     import numpy as np
 
     try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+        if magic == b"\x93NUMPY":  # one array (numpy.save): the first input
+            return {"arr_0": np.load(path)}
+        if not magic.startswith(b"PK"):  # else numpy would take it for a pickle and suggest loading it unsafely
+            raise ValueError("not a .npz file (numpy.savez writes one)")
         with np.load(path) as npz:
             return {name: npz[name] for name in npz.files}
     except Exception as e:  # missing file, not an npz, truncated (BadZipFile, EOFError, zlib), pickled objects
-        detail = str(e) or type(e).__name__
+        detail = (e.strerror if isinstance(e, OSError) else None) or str(e) or type(e).__name__
         raise Hlo2OnnxError(f"cannot read --inputs {path}: {' '.join(detail.split())}") from None
 
 
@@ -244,6 +257,18 @@ def _output_path(source: str, output: str | None) -> str:
     if ext == ".onnx":
         raise Hlo2OnnxError(f"{source} would be overwritten; give -o/--output")
     return root + ".onnx"
+
+
+def _refuse_overwriting_input(source: str, target: str, option: str) -> None:
+    """Writing `target` must not destroy the input it is converted from (the same file, by any path or link)."""
+    if source == "-":
+        return
+    try:
+        source_stat, target_stat = os.stat(source), os.stat(target)
+    except OSError:  # no such target yet (or no input: reading it reports that)
+        return
+    if stat.S_ISREG(source_stat.st_mode) and os.path.samestat(source_stat, target_stat):
+        raise Hlo2OnnxError(f"{option} {target} is the input file: writing it would destroy the input")
 
 
 def _print_verbose(conversion, written: str) -> None:

@@ -61,6 +61,18 @@ def host_callbacks(lowered: jax.stages.Lowered) -> list:
     return list(lowered._lowering.compile_args.get("host_callbacks", ()))
 
 
+def release_dce_cache() -> None:
+    """Empties jax's cache of dead-code-eliminated jaxprs. Under keep_unused=True (every mnjit lowering), jax
+    0.12's `pxla._dce_jaxpr` returns its weakly held key as its value: the entry keeps itself alive, and with it
+    the lowering cached under that jaxpr (its MLIR module and constants), until 2048 newer entries push it out.
+    A discarded mnjit function held ~0.5 MB for `x * i + 1`, its weights for a model. An entry costs one jaxpr
+    walk to recompute. Needed on 0.12.0.1; 0.10.2 returns a new ClosedJaxpr (no cycle) and clearing is harmless.
+    """
+    from jax._src.interpreters import pxla
+
+    pxla._dce_jaxpr.cache_clear()
+
+
 def make_ir_context():
     """An MLIR context with exactly the dialects jax emits registered (StableHLO, CHLO, func, VHLO).
 

@@ -49,6 +49,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
         else:
             if os.path.isabs(external_data) or os.path.dirname(external_data):
                 raise ValueError(f"external_data must be a file name beside the model, got {external_data!r}")
+            if external_data == os.path.basename(path):
+                raise ValueError(f"external_data must not be the model's own file name, got {external_data!r}")
             # onnx_ir writes the weights next to the model under the name recorded in it; write them under
             # a temporary name first, then record the final one.
             data_tmp = _temporary(folder, temporaries)

@@ -81,9 +81,13 @@ def write_triton_repo(source: Source, directory: str | os.PathLike, *, name: str
         raise Hlo2OnnxError(f"the model version must be a positive integer, got {version!r}")
     config = triton_config(model, name, max_batch_size)
     directory = os.fspath(directory)
+    target = os.path.join(directory, name)
+    if os.path.lexists(target) and not os.path.isdir(target):
+        # Only a model folder is replaced: a file of that name (the input itself, say) is the user's.
+        raise Hlo2OnnxError(f"cannot write the Triton model {target}: it exists and is not a folder")
     try:
         os.makedirs(directory, exist_ok=True)
-        return _write_atomically(model, os.path.join(directory, name), config, str(version), external_data)
+        return _write_atomically(model, target, config, str(version), external_data)
     except OSError as e:
         raise Hlo2OnnxError(f"cannot write the Triton repository {directory}: {e.strerror or e}") from None
 

@@ -381,6 +381,8 @@ class MnjitFunction:
         return self._jitted.eval_shape(*args, **kwargs)
 
     def _lower(self, args: tuple, kwargs: dict) -> MnjitLowered | partitioned.PartitionedLowered:
+        # The previous translation's entries there would keep its lowerings alive (hlo2onnx/compat.py).
+        compat.release_dce_cache()
         # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.
         with InterruptGuard():
             traced = self._jitted.trace(*args, **kwargs)
@@ -396,6 +398,7 @@ class MnjitFunction:
         same translation hlo2onnx.convert gives artifacts (dynamic=True)."""
         if self._fallback:
             raise ValueError("fallback=True needs concrete shapes: symbolic dims cannot split into partitions")
+        compat.release_dce_cache()
         with InterruptGuard():
             traced = self._jitted.trace(*args, **kwargs)
             exported = jax.export.export(self._jitted)(*args, **kwargs)

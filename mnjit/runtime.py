@@ -113,7 +113,11 @@ def create_session(model: ir.Model, providers: Sequence[str]) -> tuple[ort.Infer
     # ORT 1.32 copies external initializers into buffers of its own. A CPU session also given the same OrtValues
     # as shared initializers uses them in place instead (the copy is freed before the first run), but never
     # pre-packs a shared weight: a MatMul at batch 1 ran 2.2x slower. Weights these ops read keep ORT's copy.
-    share = all(provider == "CPUExecutionProvider" for provider in providers)
+    # ORT's transpose optimizer transposes a constant it pushes a Transpose past in place, under the same name;
+    # the shared OrtValue then replaces it by name, untransposed: a broadcast error, or a wrong answer where the
+    # shapes still broadcast. It only acts on graphs that hold a Transpose.
+    share = all(provider == "CPUExecutionProvider" for provider in providers) and not any(
+        node.op_type == "Transpose" for node in nodes)
     packed = {id(value) for node in nodes if node.op_type in _PREPACKED and node.domain == ""
               for value in node.inputs if value is not None}
     try:

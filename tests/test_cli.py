@@ -304,6 +304,31 @@ def test_malformed_input(case, tmp_path, capsys):
     assert not (tmp_path / "m.onnx").exists()
 
 
+# Dims no machine could hold are still valid modules: converted without materializing anything (an i32 iota
+# longer than int32's range was an internal error).
+HUGE = {
+    "iota-i32-past-int32": ("stablehlo.iota dim = 0 : tensor<3000000000xi32>", "tensor<3000000000xi32>"),
+    "iota-f16": ("stablehlo.iota dim = 0 : tensor<3000000000xf16>", "tensor<3000000000xf16>"),
+    "splat": ("stablehlo.constant dense<1.0> : tensor<100000000000xf32>", "tensor<100000000000xf32>"),
+    "broadcast": ("stablehlo.broadcast_in_dim %a, dims = [] : (tensor<f32>) -> tensor<100000x100000x1000xf32>",
+                  "tensor<100000x100000x1000xf32>"),
+}
+
+
+@pytest.mark.parametrize("case", list(HUGE))
+def test_huge_dims_convert_lazily(case, tmp_path, capsys):
+    op, result = HUGE[case]
+    source = tmp_path / "model.mlir"
+    source.write_text(f"func.func @main(%a: tensor<f32>) -> {result} {{\n  %0 = {op}\n  return %0 : {result}\n}}\n")
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx"], capsys)
+    assert status == 0, err
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    onnx.checker.check_model(model)
+    assert (tmp_path / "m.onnx").stat().st_size < 10_000
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [int(d) for d in result[len("tensor<"):].split("x")[:-1]]
+
+
 @pytest.mark.parametrize("argv, expected, code", [
     (["{dir}"], "Is a directory", 1),
     (["{dir}/missing.mlir"], "No such file", 1),
@@ -315,14 +340,37 @@ def test_malformed_input(case, tmp_path, capsys):
     (["{src}", "--inputs", "{dir}/none.npz"], "cannot read --inputs", 1),
     (["{src}", "-o", "{dir}/no/such/dir/m.onnx"], "cannot write", 1),
     ([], "required", 2),
+    (["{src}", "--inputs", "{src}"], "not a .npz file", 1),
+    # Nothing written may destroy the input, whatever path names it.
+    (["{src}", "-o", "{src}"], "is the input file", 1),
+    (["{src}", "-o", "{dir}/link.mlir"], "is the input file", 1),
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", "model.mlir"], "is the input file", 1),
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", "m.onnx"], "not be the model's own file name", 1),
+    (["{src}", "--triton-repo", "{dir}", "--max-batch-size", "0", "--name", "model.mlir"],
+     "exists and is not a folder", 1),
 ], ids=["directory", "missing", "opset-range", "opset-type", "target", "unknown-flag", "stdin-no-output",
-        "missing-npz", "unwritable-output", "no-input"])
+        "missing-npz", "unwritable-output", "no-input", "inputs-not-npz", "output-is-input", "output-links-to-input",
+        "external-data-is-input", "external-data-is-model", "triton-model-is-input"])
 def test_bad_invocation(argv, expected, code, tmp_path, capsys):
     source = tmp_path / "model.mlir"
-    source.write_text(lowered().as_text())
+    text = lowered().as_text()
+    source.write_text(text)
+    (tmp_path / "link.mlir").symlink_to(source)
     argv = [a.format(dir=tmp_path, src=source) for a in argv]
     status, out, err = run_cli(argv, capsys)
     assert_one_line_error(status, err, expected, code)
+    assert source.read_text() == text
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_check_with_npy_input(tmp_path, capsys):
+    """A .npy file (numpy.save) is the first input."""
+    source = tmp_path / "model.mlir"
+    source.write_text(jax.jit(jnp.sin).lower(X).as_text())
+    np.save(tmp_path / "x.npy", X)
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "x.npy"], capsys)
+    assert status == 0, err
+    assert out.rstrip().endswith(": ok"), out
 
 
 def test_subprocess_errors_are_one_line(tmp_path):

@@ -106,6 +106,16 @@ def layer_norm(x, g, beta):
     return (x - mean) / jnp.sqrt(var + 1e-5) * g + beta
 
 
+def fast_variance_layer_norm(x):
+    """flax's LayerNorm (use_fast_variance): var = max(0, E[x^2] - E[x]^2), its scale (a constant, as a model's
+    weights are) multiplied into rsqrt."""
+    mean = x.mean(-1)
+    var = jnp.maximum(0.0, lax.square(x).mean(-1) - lax.square(mean))
+    rows = (*mean.shape, 1)  # a Reshape over the symbolic dims, as flax's
+    mul = lax.rsqrt(var.reshape(rows) + 1e-6) * np.linspace(0.5, 2.0, x.shape[-1], dtype=x.dtype)
+    return (x - mean.reshape(rows)) * mul
+
+
 def batch_norm(x, mean, var, g, beta):
     """Inference batch norm over NCHW channels."""
     c = lambda t: t[None, :, None, None]  # noqa: E731
@@ -173,6 +183,8 @@ CASES = [
     DynCase("layer_norm", layer_norm, [Arg("b, 8"), Arg("8"), Arg("8")], CONV_TOL, fused=["LayerNormalization"]),
     DynCase("layer_norm_symbolic_seq", layer_norm, [Arg("b, s, 8"), Arg("8"), Arg("8")], CONV_TOL,
             fused=["LayerNormalization"]),
+    # The fusion reads the statistics' Reshape targets, computed (not constants) over a symbolic batch.
+    DynCase("layer_norm_fast_variance", fast_variance_layer_norm, [Arg("b, s, 8")], (1e-4, 1e-4)),
     # -- beyond the issue's list ----------------------------------------------------------------------------
     DynCase("top_k", lambda x: lax.top_k(x, 2), [Arg("b, 5")]),
     DynCase("top_k_batch_axis", lambda x: lax.top_k(x.T, 1), [Arg("b, 3")]),

@@ -4,13 +4,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import gc
 import inspect
+import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
 import pytest
+from jax import export
 
 import hlo2onnx
 from harness import assert_same, rand
@@ -354,3 +357,20 @@ def test_jax_jit_options_are_accepted(options):
 def test_placement_mnjit_cannot_give_is_refused(options, message):
     with pytest.raises(ValueError, match=message):
         mnjit(jnp.sin, **options)
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["call", "symbolic-lower"])
+def test_a_discarded_function_releases_its_lowering(symbolic):
+    """jax 0.12 cached every keep_unused=True lowering (all of mnjit's) for 2048 more lowerings: a discarded
+    function kept its constants and MLIR module. Each translation lets the previous ones go."""
+    x = jnp.ones(4)
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("b, 4"), jnp.float32)
+    constants = []
+    for i in range(3):
+        constant = np.full((4,), float(i), np.float32)
+        constants.append(weakref.ref(constant))
+        fun = mnjit(lambda a, c=constant: a * c)
+        fun.lower(spec) if symbolic else assert_same(fun(x), jax.jit(lambda a: a * float(i))(x))
+        del constant, fun
+    gc.collect()
+    assert [c() for c in constants[:-1]] == [None, None]

@@ -236,3 +236,28 @@ def test_constants_over_2gb_run_and_save(tmp_path):
     run = _python(code, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     assert float(run.stdout.split()[0]) == pytest.approx(2**29 + 2**20, rel=1e-3)
+
+
+@pytest.mark.parametrize("tokens", [12, 16], ids=["broadcast-error", "silently-wrong"])
+def test_a_constant_ort_transposes_is_not_shared(tokens):
+    """ORT's transpose optimizer cancels Transpose-Mul-Transpose by transposing the constant in place, under its
+    name; a shared initializer of that name then replaced it untransposed (DINOv3's rotary tables on the
+    Python-module path: a broadcast error, or a wrong answer where the shapes still broadcast)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mnjit import runtime
+
+    # 1.5 KB: handed to ORT as a buffer (runtime.EXTERNAL_WEIGHT_BYTES), and read by no op ORT pre-packs
+    constant = np.cos(np.arange(16 * 24, dtype=np.float32)).reshape(1, 1, 16, 24)
+    shape = [1, 16, tokens, 24]
+    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+                               helper.make_node("Mul", ["t", "c"], ["m"]),
+                               helper.make_node("Transpose", ["m"], ["y"], perm=[0, 2, 1, 3])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                              [numpy_helper.from_array(constant, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    session, _ = runtime.create_session(ir.from_proto(model), ["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    expected = jax.jit(lambda x, c: (x.transpose(0, 2, 1, 3) * c).transpose(0, 2, 1, 3))(x, constant)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-6)

@@ -148,7 +148,9 @@ def iota(ctx: RuleContext, *, iota_dimension):
 def iota_line(b, shape, dtype, axis: int, n=None, full=None) -> ir.Value:
     """0, 1, ... along `axis`, broadcast to `shape`; `n` and `full` (int64 tensors) give symbolic sizes."""
     compute = np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
-    if compute.kind in "ub" or compute.itemsize < 4:
+    if compute.kind in "ub" or compute.itemsize < 4 or (
+            # A line longer than the type's range (XLA wraps it): counted in int64, then cast.
+            compute.kind == "i" and n is None and shape[axis] > np.iinfo(compute).max):
         compute = np.dtype(np.int64)
     start = b.const(0, compute)  # (constants made in the static rule's order: same initializer names)
     stop = b.const(shape[axis], compute) if n is None else b.cast(reshape_to(b, n, []), compute)

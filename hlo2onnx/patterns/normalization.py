@@ -201,7 +201,10 @@ class LayerNormFastVariance(LayerNorm):
             return result
         if zero is not None and scalar(zero) != 0:
             return result.fail(f"clamps the variance at {scalar(zero)}, not 0", zero)
-        kept = [d if i < self._axis else 1 for i, d in enumerate(static_shape(x))]
+        x_shape = static_shape(x)
+        if x_shape is None:  # symbolic rows: the statistics' Reshape targets are computed, not constants
+            return result.fail("the input's shape is not static", x)
+        kept = [d if i < self._axis else 1 for i, d in enumerate(x_shape)]
         for shape in (mean_shape, var_shape):
             if const_array(shape) is None or const_array(shape).tolist() != kept:
                 return result.fail(f"the statistics are not reshaped to the rows {kept}", shape)
