@@ -28,7 +28,6 @@ sys.path.insert(0, str(ROOT / "samples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import jax  # noqa: E402
-import numpy as np  # noqa: E402
 import onnx_ir as ir  # noqa: E402
 
 import hlo2onnx  # noqa: E402

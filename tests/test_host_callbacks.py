@@ -4,7 +4,6 @@ them, and models that hold callbacks refused where no runtime could call them.""
 from __future__ import annotations
 
 import threading
-from functools import partial
 
 import equinox as eqx
 import jax
