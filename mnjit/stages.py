@@ -13,31 +13,20 @@ from hlo2onnx.files import save_model
 from mnjit import host_callbacks, tiering
 
 
+def _of_trace(name: str) -> property:
+    return property(lambda self: getattr(self.traced, name), doc=f"The trace's `{name}` (jax.stages.Traced).")
+
+
 class TracedInfo:
-    """jax.stages' description of a signature (args_info, in_avals, in_tree, out_info, out_tree), read from the
-    trace the stage was made from (`traced`), as jax's Lowered and Compiled give it."""
+    """jax.stages' description of a signature, read from the trace the stage was made from (`traced`), as jax's
+    Lowered and Compiled give it."""
 
     traced: Any
-
-    @property
-    def args_info(self) -> Any:
-        return self.traced.args_info
-
-    @property
-    def in_avals(self) -> Any:
-        return self.traced.in_avals
-
-    @property
-    def in_tree(self) -> Any:
-        return self.traced.in_tree
-
-    @property
-    def out_info(self) -> Any:
-        return self.traced.out_info
-
-    @property
-    def out_tree(self) -> Any:
-        return self.traced.out_tree
+    args_info = _of_trace("args_info")
+    in_avals = _of_trace("in_avals")
+    in_tree = _of_trace("in_tree")
+    out_info = _of_trace("out_info")
+    out_tree = _of_trace("out_tree")
 
 
 @dataclass
