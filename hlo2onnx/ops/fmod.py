@@ -87,35 +87,45 @@ def _abs_bound(b: Builder, x: ir.Value, ttype: TensorType
     """A scalar in the tests' dtype at least max|x| (NaN or inf where an operand holds one), from operands of
     x's sums and broadcasts that are much smaller than x, and a function that computes x again from them in a
     subgraph's builder; None where x has no such operands."""
-    size, wide, visited = ttype.size, _wide_dtype(ttype), [0]
-    maxima: dict[int, ir.Value] = {}
+    size, wide, visited = ttype.size, _wide_dtype(ttype), 0
     chain: list[ir.Node] = []  # x's nodes above the operands, producers first
 
-    def walk(v: ir.Value) -> ir.Value | None:
-        visited[0] += 1
-        if visited[0] > _BOUND_NODES or (v.dtype is not None and v.dtype != x.dtype):
+    # The bound's terms: a small operand, or a pair of terms to add. Nothing is emitted until the whole walk
+    # succeeds (a failed one would leave dead reductions in an unoptimized model).
+    def walk(v: ir.Value) -> ir.Value | tuple | None:
+        nonlocal visited
+        visited += 1
+        if visited > _BOUND_NODES or (v.dtype is not None and v.dtype != x.dtype):
             return None
         dims = v.shape.dims if v.shape is not None else None
         if dims is not None and all(isinstance(d, int) for d in dims) and int(np.prod(dims)) * _BOUND_SHARE <= size:
-            if id(v) not in maxima:
-                flat = b.op("Reshape", b.cast(v, wide), b.shape_const([-1]))
-                maxima[id(v)] = b.op("ReduceMax", b.op("Abs", flat), keepdims=0)
-            return maxima[id(v)]
+            return v
         node = v.producer()
         if node is None or node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None \
                 or len(node.outputs) != 1:
             return None
         if node.op_type in _SUMS and len(node.inputs) == 2:
             first, second = walk(node.inputs[0]), walk(node.inputs[1])
-            found = None if first is None or second is None else b.op("Add", first, second)
+            found = None if first is None or second is None else (first, second)
         else:
             found = walk(node.inputs[0]) if node.op_type in _MOVES else None
         chain.append(node)
         return found
 
-    bound = walk(x) if size >= _BOUND_SHARE else None
-    if bound is None:
+    terms = walk(x) if size >= _BOUND_SHARE else None
+    if terms is None:
         return None
+    maxima: dict[int, ir.Value] = {}
+
+    def emit(term: ir.Value | tuple) -> ir.Value:
+        if isinstance(term, tuple):
+            return b.op("Add", emit(term[0]), emit(term[1]))
+        if id(term) not in maxima:
+            flat = b.op("Reshape", b.cast(term, wide), b.shape_const([-1]))
+            maxima[id(term)] = b.op("ReduceMax", b.op("Abs", flat), keepdims=0)
+        return maxima[id(term)]
+
+    bound = emit(terms)
 
     def rebuild(sb: Builder) -> ir.Value:
         copies: dict[int, ir.Value] = {}
