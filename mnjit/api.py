@@ -86,9 +86,9 @@ class _TypedKeys:
     ONNX hold, and come back as keys of the same implementation (threefry, rbg, unsafe_rbg, ...)."""
 
     def __init__(self, target: hlo2onnx.Target, model, in_avals: list, out_avals: list,
-                 session: ffi.FfiSession | None = None):
+                 session: ffi.FfiSession | None = None, iree_driver: str | None = None):
         self.runner = device.make_runner(target, model, list(map(_physical, in_avals)),
-                                         list(map(_physical, out_avals)), session)
+                                         list(map(_physical, out_avals)), session, iree_driver=iree_driver)
         self.key_inputs = [i for i, aval in enumerate(in_avals) if _is_key(aval)]
         # A key dtype names its implementation only through this attribute (jax has no public reader).
         self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if _is_key(aval)}
@@ -104,10 +104,10 @@ class _TypedKeys:
 
 
 def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list,
-                session: ffi.FfiSession | None = None) -> device.Runner:
+                session: ffi.FfiSession | None = None, iree_driver: str | None = None) -> device.Runner:
     if any(map(_is_key, in_avals + out_avals)):
-        return _TypedKeys(target, model, in_avals, out_avals, session)
-    return device.make_runner(target, model, in_avals, out_avals, session)
+        return _TypedKeys(target, model, in_avals, out_avals, session, iree_driver)
+    return device.make_runner(target, model, in_avals, out_avals, session, iree_driver=iree_driver)
 
 
 def _ffi_session(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> ffi.FfiSession | None:

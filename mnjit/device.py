@@ -6,6 +6,7 @@ else instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from typing import TYPE_CHECKING, Protocol, Sequence
 
@@ -65,9 +66,10 @@ def require(target: Target) -> None:
 
 
 def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: Sequence,
-                session: FfiSession | None = None) -> Runner:
+                session: FfiSession | None = None, *, iree_driver: str | None = None) -> Runner:
     """The runner for one translated signature on `target` (its availability already checked); `session`,
-    mnjit's C session of the model when one was made already (ort-cpu, core)."""
+    mnjit's C session of the model when one was made already (ort-cpu, core); `iree_driver`, IREE's runtime
+    driver instead of the target's own (target="auto" times both of IREE's CPU drivers)."""
     if not out_avals:
         from mnjit.runtime import DroppedOutputs, NoOutputRunner
 
@@ -75,7 +77,7 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
             return NoOutputRunner()
         # Run for host callbacks' effects only: the model's one output is their order token (hlo2onnx.host_calls).
         token = jax.ShapeDtypeStruct((), bool)
-        return DroppedOutputs(make_runner(target, model, in_avals, [token], session))
+        return DroppedOutputs(make_runner(target, model, in_avals, [token], session, iree_driver=iree_driver))
     if target.runtime == "openvino":
         from mnjit.openvino_runner import OpenVinoRunner
 
@@ -84,6 +86,8 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
         from mnjit.iree_runner import CPU, IreeRunner, cuda_backend
 
         backend = CPU if target.device == "cpu" else cuda_backend(jax.devices(target.device)[0])
+        if iree_driver is not None:
+            backend = dataclasses.replace(backend, driver=iree_driver)  # the same compiled module
         return IreeRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals, backend)
     if target.device != "cpu":
         from mnjit.cuda_runner import CudaOrtRunner

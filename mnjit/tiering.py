@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import functools
 import logging
 import os
 import queue
@@ -47,19 +48,27 @@ BASE = "ort-cpu"
 
 @dataclass(frozen=True)
 class CompiledTier:
-    """A signature's second tier: `runner.run(leaves)` returns the same flat outputs as ort-cpu's."""
+    """A signature's second tier: `runner.run(leaves)` returns the same flat outputs as ort-cpu's. A build may
+    give several, variants of one tier (`variant` tells them apart: IREE's two CPU drivers); each is compared
+    with ort-cpu, they are timed against each other and ort-cpu, and only the fastest is kept."""
 
     name: str
     runner: device.Runner
     detail: str = ""
+    variant: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.variant})" if self.variant else self.name
 
 
 @dataclass(frozen=True)
 class TierPolicy:
     """How `target="auto"` builds and judges the compiled tier (mnjit's `tier_policy=` option).
 
-    `build(traced)` makes the compiled tier of one signature from its `jax.stages.Traced`, on the worker
-    thread (None: iree-cpu with partitioned execution; a test may give its own). The compiled tier serves
+    `build(traced)` makes the compiled tier of one signature from its `jax.stages.Traced`, or variants of it
+    (a sequence of CompiledTier), on the worker thread (None: iree-cpu with partitioned execution, on IREE's
+    two CPU drivers; a test may give its own). The compiled tier serves
     when ort-cpu's median call time divided by its own exceeds `min_speedup`: the margin keeps noise from
     moving a signature (and the function's other signatures, which leave jax.jit's fast dispatch while one
     runs on the compiled tier) to a tier that is not clearly faster.
@@ -98,9 +107,11 @@ class SignatureTier:
     x64: bool
     phase: Phase = Phase.COMPILING
     reason: str = ""
-    compiled: CompiledTier | None = None
-    samples: dict[str, list[float]] = field(default_factory=lambda: {"compiled": [], BASE: []})
-    on_compiled: bool = True  # timing: the tier of the current block of calls
+    compiled: CompiledTier | None = None  # the one that serves once decided; until then the first candidate
+    candidates: tuple[CompiledTier, ...] = ()  # built and not dropped; one once decided
+    # timing: the calls timed per tier, the candidates' in their order, then ort-cpu's
+    samples: list[list[float]] = field(default_factory=list)
+    turn: int = 0  # timing: the index (into samples) of the tier of the current block of calls
     streak: int = 0  # timing: calls made in the current block
     slow: bool = False  # timing: a call took over slow_call_s
     cancelled: bool = False
@@ -118,8 +129,16 @@ class TierStatus:
         return f"{self.serving}: {self.reason}" if self.reason else self.serving
 
 
-def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner) -> CompiledTier:
-    """iree-cpu with partitioned execution: what IREE refuses runs on ort-cpu (or jax.jit)."""
+def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner) -> list[CompiledTier]:
+    """iree-cpu with partitioned execution: what IREE refuses runs on ort-cpu (or jax.jit).
+
+    A model that runs whole on IREE has two variants, the same compiled module on each of IREE's CPU drivers:
+    `local-task` spreads each dispatch over a worker per core; `local-sync` runs them on the calling thread,
+    which spares a hand-off to the workers and back per dispatch. Measured on the 64x64 CFD step (343 small
+    nodes): 0.16 ms on local-sync against 0.45 on local-task (jax.jit 0.2), and 1.6-2x slower on the MLP and
+    transformer block, whose matmuls use both cores. A partitioned plan has one variant: a second would
+    duplicate its ort-cpu sessions.
+    """
     target = target_table.get("iree-cpu")
     lowered = partitioned.plan(traced, target, opset, name)
     places = Counter(p.runs_on for p in lowered.partitions)
@@ -127,8 +146,12 @@ def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner
         why = lowered.fell_back[0].reason if lowered.fell_back else "no partition"
         raise RuntimeError(f"iree-cpu runs none of it ({why})")
     runner = partitioned.PartitionedRunner(lowered, make_runner)
-    detail = "" if lowered.whole else "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
-    return CompiledTier(target.name, runner, detail)
+    if not lowered.whole:
+        details = "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
+        return [CompiledTier(target.name, runner, details)]
+    sync = partitioned.PartitionedRunner(lowered, functools.partial(make_runner, iree_driver="local-sync"))
+    return [CompiledTier(target.name, runner, variant="IREE's local-task driver"),
+            CompiledTier(target.name, sync, variant="IREE's local-sync driver")]
 
 
 def unavailable_reason() -> str | None:
@@ -265,34 +288,41 @@ class Tiering:
         except Exception:  # the call failed: its signature is built all the same
             pass
         try:
-            compiled = self._build(sig.traced)
+            built = self._build(sig.traced)
         except Exception as e:  # IREE's importer or compiler refused it, or nothing of it runs there
             self._drop(sig, f"{self._name} could not compile it: {' '.join(str(e).split())[:300]}")
             return
+        candidates = (built,) if isinstance(built, CompiledTier) else tuple(built)
         with self._lock:
             if sig.cancelled or sig.phase is not Phase.COMPILING:
                 return  # evicted meanwhile: the result is dropped here
-            sig.compiled, sig.phase = compiled, Phase.READY
+            sig.candidates, sig.compiled, sig.phase = candidates, candidates[0], Phase.READY
+            sig.samples = [[] for _ in range(len(candidates) + 1)]
             sig.traced = None  # the plan holds what the compiled tier needs
             self.active += 1
 
     def _check(self, sig: SignatureTier, leaves: list, expected: list) -> None:
-        compiled = sig.compiled
-        if compiled is None:
-            return
-        try:
-            actual = jax.block_until_ready(compiled.runner.run(leaves))
-            problem = _disagreement(actual, expected)
-            problem = problem and f"{compiled.name} disagreed with ort-cpu on a call: {problem}"
-        except Exception as e:
-            problem = _failed(compiled.name, e)
+        """Compares every candidate with ort-cpu's outputs; those that disagree or fail are dropped."""
+        agreed, problems = [], []
+        for compiled in sig.candidates:
+            try:
+                actual = jax.block_until_ready(compiled.runner.run(leaves))
+                problem = _disagreement(actual, expected)
+                problem = problem and f"{compiled.label} disagreed with ort-cpu on a call: {problem}"
+            except Exception as e:
+                problem = _failed(compiled.label, e)
+            (problems if problem else agreed).append(problem or compiled)
+        if agreed:  # the others go on
+            for problem in problems:
+                logger.warning("mnjit auto: a variant of the compiled tier is dropped: %s", problem)
         with self._lock:
             if sig.phase is not Phase.CHECKING:
                 return
-            if problem is None:
-                sig.phase = Phase.TIMING
+            if agreed:
+                sig.candidates, sig.compiled, sig.phase = tuple(agreed), agreed[0], Phase.TIMING
+                sig.samples = [[] for _ in range(len(agreed) + 1)]
                 return
-        self._drop(sig, problem, logging.WARNING)
+        self._drop(sig, problems[0], logging.WARNING)
 
     def _drop(self, sig: SignatureTier, reason: str, level: int = logging.INFO) -> None:
         with self._lock:
@@ -309,7 +339,7 @@ class Tiering:
             self.active += 1
         sig.phase, sig.reason = phase, reason
         if phase is Phase.BASE:
-            sig.compiled, sig.traced = None, None
+            sig.compiled, sig.candidates, sig.traced = None, (), None
 
     # -- calls -----------------------------------------------------------------------------------------------
     def run(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
@@ -348,65 +378,73 @@ class Tiering:
                 sig.phase = Phase.READY
 
     def _trial(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
-        """A timing call. The tiers take turns in blocks of two calls, and only the second of each block is
-        timed: right after a switch a tier runs faster or slower than it does call after call (measured:
-        IREE's MLP at 6-8 ms alternating per call, 8 ms in a row), and call after call is how it will serve.
-        Once a call takes over `slow_call_s`, blocks are one call long."""
+        """A timing call. The tiers (the candidates, then ort-cpu) take turns in blocks of two calls, and only
+        the second of each block is timed: right after a switch a tier runs faster or slower than it does call
+        after call (measured: IREE's MLP at 6-8 ms alternating per call, 8 ms in a row), and call after call is
+        how it will serve. Once a call takes over `slow_call_s`, blocks are one call long."""
         with self._lock:
-            compiled, block = sig.compiled, 1 if sig.slow else 2
+            candidates, block = sig.candidates, 1 if sig.slow else 2
             if sig.streak >= block:
-                sig.on_compiled, sig.streak = not sig.on_compiled, 0
+                sig.turn, sig.streak = (sig.turn + 1) % (len(candidates) + 1), 0
             sig.streak += 1
-            on_compiled, timed = sig.on_compiled, sig.streak == block
-        if sig.phase is not Phase.TIMING or compiled is None:
+            turn, timed = sig.turn, sig.streak == block
+        if sig.phase is not Phase.TIMING or not candidates or turn > len(candidates):
             return self.run(sig, leaves, run_base)
         start = time.perf_counter()
-        if on_compiled:
+        if turn < len(candidates):
             try:
-                outputs = jax.block_until_ready(compiled.runner.run(leaves))
+                outputs = jax.block_until_ready(candidates[turn].runner.run(leaves))
             except Exception as e:
-                self._drop(sig, _failed(compiled.name, e), logging.WARNING)
+                self._drop(sig, _failed(candidates[turn].label, e), logging.WARNING)
                 return run_base(leaves)
         else:
             outputs = jax.block_until_ready(run_base(leaves))
         seconds = time.perf_counter() - start
         if timed or seconds > self.policy.slow_call_s:
-            self._record(sig, "compiled" if on_compiled else BASE, seconds)
+            self._record(sig, candidates, turn, seconds)
         return outputs
 
-    def _record(self, sig: SignatureTier, tier: str, seconds: float) -> None:
+    def _record(self, sig: SignatureTier, candidates: tuple[CompiledTier, ...], turn: int, seconds: float) -> None:
         with self._lock:
-            if sig.phase is not Phase.TIMING:
+            if sig.phase is not Phase.TIMING or sig.candidates is not candidates:
                 return
             samples = sig.samples
-            samples[tier].append(seconds)
+            samples[turn].append(seconds)
             sig.slow = sig.slow or seconds > self.policy.slow_call_s
             if not self._timed_enough(sig):
                 return
-            mine, base = statistics.median(samples["compiled"]), statistics.median(samples[BASE])
-            name = sig.compiled.name
+            medians = [statistics.median(times) for times in samples]
+            base = medians.pop()
+            best = min(range(len(candidates)), key=medians.__getitem__)
+            mine, name = medians[best], candidates[best].label
             times = (f"{_duration(mine)} against {_duration(base)} on ort-cpu, medians of "
-                     f"{len(samples['compiled'])} and {len(samples[BASE])} calls")
+                     f"{len(samples[best])} and {len(samples[-1])} calls")
+            others = "".join(f"; {c.label} {_duration(m)}" for i, (c, m) in enumerate(zip(candidates, medians))
+                             if i != best)
             margin = f"min_speedup={self.policy.min_speedup:g}"
             if base / max(mine, 1e-9) > self.policy.min_speedup:
                 verdict = "faster" if mine < base else f"slower, kept by {margin}"
-                self._settle(sig, Phase.COMPILED, f"{verdict} ({times})")
+                if len(candidates) > 1 and candidates[best].variant:
+                    verdict += f" on {candidates[best].variant}"
+                sig.candidates = (candidates[best],)  # the other variants are released
+                sig.compiled = candidates[best]
+                self._settle(sig, Phase.COMPILED, f"{verdict} ({times}{others})")
             else:
                 verdict = f"faster, not by {margin}" if mine < base else "slower"
-                self._settle(sig, Phase.BASE, f"{name} {verdict} ({times})")
+                self._settle(sig, Phase.BASE, f"{name} {verdict} ({times}{others})")
             serving, reason = (name if sig.phase is Phase.COMPILED else BASE), sig.reason
         logger.info("mnjit auto: %s serves: %s", serving, reason)
 
     def _timed_enough(self, sig: SignatureTier) -> bool:
-        """Whether both tiers have enough timed calls: `trials` each, or one each for slow calls; short calls
+        """Whether every tier has enough timed calls: `trials` each, or one each for slow calls; short calls
         go on (noise is larger there, and trials cheap) until `trial_budget_s` of timed calls in all, or
         `max_trials` per tier."""
-        counts = [len(sig.samples[t]) for t in ("compiled", BASE)]
+        counts = [len(times) for times in sig.samples]
         if sig.slow:
             return min(counts) >= 1
         if min(counts) < self.policy.trials:
             return False
-        spent = sum(sig.samples["compiled"]) + sum(sig.samples[BASE])
+        spent = sum(map(sum, sig.samples))
         return spent >= self.policy.trial_budget_s or min(counts) >= self.policy.max_trials
 
     # -- reporting -------------------------------------------------------------------------------------------
@@ -419,6 +457,7 @@ class Tiering:
         with self._lock:
             phase, reason, compiled, samples = sig.phase, sig.reason, sig.compiled, sig.samples
             name = compiled.name if compiled is not None else self._name
+            timed = " and ".join(c.label for c in sig.candidates)
             detail = f" ({compiled.detail})" if compiled is not None and compiled.detail else ""
             if phase is Phase.COMPILED:
                 return TierStatus(name, True, f"{reason}; {compiled.detail}" if compiled.detail else reason)
@@ -427,8 +466,8 @@ class Tiering:
             pending = {Phase.COMPILING: f"pending: {name} compiling in the background",
                        Phase.READY: f"{name}{detail} compiled; the next call compares it with ort-cpu",
                        Phase.CHECKING: f"{name}{detail} being compared with ort-cpu on a call's inputs",
-                       Phase.TIMING: f"timing {name}{detail} against ort-cpu ({len(samples['compiled'])} and "
-                                     f"{len(samples[BASE])} calls so far)"}[phase]
+                       Phase.TIMING: f"timing {timed}{detail} against ort-cpu "
+                                     f"({' and '.join(str(len(t)) for t in samples)} calls so far)"}[phase]
             return TierStatus(BASE, False, pending)
 
 

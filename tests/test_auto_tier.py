@@ -7,6 +7,7 @@ and eviction during a compile deterministic; the IREE cases are skipped where IR
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import threading
@@ -59,6 +60,16 @@ class _Fake:
                         for out in run(*leaves)]
 
         return tiering.CompiledTier("fake", Runner())
+
+
+class _Variants:
+    """A builder giving variants of one compiled tier: one per _Fake, named by its keyword."""
+
+    def __init__(self, **fakes: _Fake):
+        self.fakes = fakes
+
+    def __call__(self, traced) -> list[tiering.CompiledTier]:
+        return [dataclasses.replace(fake(traced), variant=name) for name, fake in self.fakes.items()]
 
 
 def _auto(fun, build=None, **policy):
@@ -131,6 +142,39 @@ def test_slower_tier_is_not_kept():
     runs = fake.runs
     assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
     assert fake.runs == runs
+
+
+def test_fastest_variant_serves():
+    slow, fast = _Fake(delay=0.01), _Fake()
+    f = _auto(_mlp, _Variants(slow=slow, fast=fast), min_speedup=0)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "fake" and "on fast" in status.reason, status
+    assert "fake (slow)" in status.reason  # the other variant's time is reported beside
+    assert slow.runs >= 1 + 3 and fast.runs >= 1 + 3  # each compared once, then timed
+    runs = slow.runs, fast.runs
+    for _ in range(3):
+        assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+    assert (slow.runs, fast.runs) == (runs[0], runs[1] + 3)  # only the fastest serves
+
+
+def test_disagreeing_variant_is_dropped_the_other_serves(caplog):
+    bad, good = _Fake(delta=1.0), _Fake(delay=0.002)
+    f = _auto(_mlp, _Variants(bad=bad, good=good), min_speedup=0)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    with caplog.at_level(logging.INFO, logger="mnjit"):
+        status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "fake", status
+    assert bad.runs == 1  # the comparison only: never timed, never serving
+    assert any(r.levelno == logging.WARNING and "fake (bad) disagreed" in r.getMessage() for r in caplog.records)
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+
+
+def test_every_variant_disagreeing_stays_on_ort_cpu():
+    f = _auto(_mlp, _Variants(one=_Fake(delta=1.0), two=_Fake(delta=2.0)), min_speedup=0)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "ort-cpu" and "fake (one) disagreed" in status.reason, status
 
 
 @pytest.mark.parametrize("when", ["comparison", "serving"])
@@ -250,6 +294,8 @@ def test_iree_tier_matches_jax_before_and_after_the_switch():
     assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
     status = tiering.settle(f, x, w)
     assert status.decided and status.serving == "iree-cpu", status
+    # A model IREE runs whole is timed on both of IREE's CPU drivers; the reason names the one kept.
+    assert "on IREE's local-" in status.reason and "iree-cpu (IREE's local-" in status.reason, status
     assert f.lower(x, w).report().startswith("auto: iree-cpu")
     x3 = rand((16, 8), seed=3)  # new values, same signature: served by IREE
     assert_same(f(x3, w), jax.jit(_mlp)(x3, w), TOL)

@@ -7,6 +7,7 @@ of each table, plus the cases that exercise each rewrite or refusal); the stress
 """
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,7 @@ import test_zero_size  # noqa: E402
 from harness import Case, assert_same, check_concurrent_calls, rand, run_case  # noqa: E402
 from mnjit import mnjit  # noqa: E402
 from mnjit.iree_rewrite import for_iree  # noqa: E402
-from mnjit.iree_runner import IreeCompileError, IreeRunner, import_model  # noqa: E402
+from mnjit.iree_runner import CPU, IreeCompileError, IreeRunner, import_model  # noqa: E402
 
 TARGET = "iree-cpu"
 REFUSED = (hlo2onnx.UnsupportedOpError, hlo2onnx.targets.TargetError)
@@ -379,6 +380,17 @@ def test_inputs_are_not_copied() -> None:
     mapped = runner.buffer_view(x, np.dtype(np.float32)).map().asarray((4, 4), np.dtype(np.float32))
     assert mapped.ctypes.data == x.unsafe_buffer_pointer()
     np.testing.assert_array_equal(np.asarray(runner.run([x])[0]), np.asarray(x) * 2)
+
+
+def test_sync_driver_runs_the_same_module() -> None:
+    """target="auto" times IREE's local-sync driver beside local-task: the same compiled module, so the same
+    bits, on the calling thread."""
+    x = rand((64, 48))
+    model = mnjit(lambda a: jnp.tanh(a @ a.T).sum(axis=0) * 0.5, target=TARGET).lower(x).onnx_model.SerializeToString()
+    avals = ([jax.ShapeDtypeStruct(x.shape, x.dtype)], [jax.ShapeDtypeStruct((64,), jnp.float32)])
+    task, sync = (IreeRunner(model, *avals, dataclasses.replace(CPU, driver=d)) for d in ("local-task", "local-sync"))
+    assert sync.backend.driver == "local-sync"
+    np.testing.assert_array_equal(np.asarray(sync.run([x])[0]), np.asarray(task.run([x])[0]))
 
 
 def test_outputs_are_not_overwritten_and_strided_numpy() -> None:
