@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import enum
-import functools
 import logging
 import os
 import queue
@@ -135,12 +134,11 @@ class TierStatus:
 def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner) -> list[CompiledTier]:
     """iree-cpu with partitioned execution: what IREE refuses runs on ort-cpu (or jax.jit).
 
-    A model that runs whole on IREE has two variants, the same compiled module on each of IREE's CPU drivers:
-    `local-task` spreads each dispatch over a worker per core; `local-sync` runs them on the calling thread,
-    which spares a hand-off to the workers and back per dispatch. Measured on the 64x64 CFD step (343 small
-    nodes): 0.16 ms on local-sync against 0.45 on local-task (jax.jit 0.2), and 1.6-2x slower on the MLP and
-    transformer block, whose matmuls use both cores. A partitioned plan has one variant: a second would
-    duplicate its ort-cpu sessions.
+    Two variants, the same compiled modules on each of IREE's CPU drivers: `local-task` spreads each dispatch
+    over a worker per core; `local-sync` runs them on the calling thread, which spares a hand-off to the workers
+    and back per dispatch. Measured on the 64x64 CFD step (343 small nodes): 0.16 ms on local-sync against 0.45
+    on local-task (jax.jit 0.2), and 1.6-2x slower on the MLP and transformer block, whose matmuls use both
+    cores. The variants share the runners of the plan's other partitions (ort-cpu sessions are not duplicated).
     """
     target = target_table.get("iree-cpu")
     lowered = partitioned.plan(traced, target, opset, name)
@@ -148,13 +146,22 @@ def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner
     if not places[target.name]:
         why = lowered.fell_back[0].reason if lowered.fell_back else "no partition"
         raise RuntimeError(f"iree-cpu runs none of it ({why})")
-    runner = partitioned.PartitionedRunner(lowered, make_runner)
-    if not lowered.whole:
-        details = "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
-        return [CompiledTier(target.name, runner, details)]
-    sync = partitioned.PartitionedRunner(lowered, functools.partial(make_runner, iree_driver="local-sync"))
-    return [CompiledTier(target.name, runner, variant="IREE's local-task driver"),
-            CompiledTier(target.name, sync, variant="IREE's local-sync driver")]
+    others: dict[int, device.Runner] = {}  # by the partition's model
+
+    def task(part_target, model, in_avals, out_avals) -> device.Runner:
+        runner = make_runner(part_target, model, in_avals, out_avals)
+        if part_target.runtime != "iree":
+            others[id(model)] = runner
+        return runner
+
+    def sync(part_target, model, in_avals, out_avals) -> device.Runner:
+        if part_target.runtime != "iree":
+            return others[id(model)]
+        return make_runner(part_target, model, in_avals, out_avals, iree_driver="local-sync")
+
+    detail = "" if lowered.whole else "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
+    return [CompiledTier(target.name, partitioned.PartitionedRunner(lowered, make), detail, f"IREE's {driver} driver")
+            for make, driver in ((task, "local-task"), (sync, "local-sync"))]
 
 
 def unavailable_reason() -> str | None:

@@ -307,6 +307,31 @@ def test_iree_tier_matches_jax_before_and_after_the_switch():
 
 
 @needs_iree
+def test_iree_variants_share_the_other_partitions_runners():
+    """Both drivers' variants of a partitioned plan: each compiles its IREE part, one ort-cpu session serves both."""
+    from mnjit import device
+
+    def fun(x):  # a while loop without a trip count runs on ort-cpu, the rest on IREE
+        y = jax.lax.while_loop(lambda y: jnp.abs(y).sum() < 1e3, lambda y: y * 2, x)
+        return jnp.tanh(y @ y.T) * 0.5
+
+    made = []
+
+    def make_runner(target, model, in_avals, out_avals, iree_driver=None):
+        made.append((target.runtime, iree_driver))
+        return device.make_runner(target, model, in_avals, out_avals, iree_driver=iree_driver)
+
+    x = rand((8, 8))
+    variants = tiering.iree_tier(jax.jit(fun).trace(x), opset=21, name="fun", make_runner=make_runner)
+    assert [v.variant for v in variants] == ["IREE's local-task driver", "IREE's local-sync driver"]
+    assert all("partitions:" in v.detail for v in variants), variants
+    assert made.count(("onnxruntime", None)) == 1, made
+    assert ("iree", None) in made and ("iree", "local-sync") in made, made
+    for v in variants:
+        assert_same(v.runner.run([x]), jax.tree_util.tree_leaves(jax.jit(fun)(x)), TOL, v.variant)
+
+
+@needs_iree
 def test_iree_refusing_everything_stays_on_ort_cpu():
     def doubling(x):  # a while loop without a trip count: IREE refuses it, and it is the whole program
         return jax.lax.while_loop(lambda y: jnp.abs(y).sum() < 1e3, lambda y: y * 2, x)
