@@ -292,6 +292,12 @@ def _dim_names(values) -> list[list[str | int]]:
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
 @pytest.mark.parametrize("case", CASES, ids=repr)
 def test_symbolic_model(case: DynCase, x64: bool):
+    check_symbolic(case, x64)
+
+
+def check_symbolic(case: DynCase, x64: bool) -> onnx.ModelProto:
+    """Converts `case` over its symbolic dims and compares the model with jax.jit at each of its sizes; returns
+    the model."""
     with _scope(x64):
         exported, proto = _convert(case)
         # Inputs keep the user's dim names exactly where the spec had them; outputs are named by jax's
@@ -318,6 +324,7 @@ def test_symbolic_model(case: DynCase, x64: bool):
                 assert a.shape == e.shape and a.dtype == e.dtype, (sizes, a.shape, e.shape, a.dtype, e.dtype)
                 rtol, atol = case.tol or TOLERANCE.get(e.dtype, (0, 0))
                 np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"{case.name} at {sizes}")
+    return proto
 
 
 # Symbolic dims ONNX cannot take through these ops, refused with the op, the dim and the user's line.

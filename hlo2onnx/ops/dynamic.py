@@ -108,8 +108,21 @@ def dynamic_broadcast_in_dim(ctx: RuleContext, x, output_dimensions, *, broadcas
         return x
     x = transpose_to(b, x, sorted(range(len(dims)), key=dims.__getitem__))
     x = unsqueeze_missing(b, x, dims, ctx.out_type.rank)
+    if _expands_nothing(ctx.in_types[0].shape, ctx.out_type.shape, dims):
+        return x
     # Expand broadcasts both ways; the operand's dims are 1 or the output's, as StableHLO requires.
     return b.op("Expand", x, b.cast(output_dimensions, np.int64))
+
+
+def _expands_nothing(have: tuple[int, ...], want: tuple[int, ...], dims: list[int]) -> bool:
+    """Whether a broadcast only inserts unit axes: each operand dim lands on an equal static dim or, symbolic, on
+    a symbolic one, and the other output dims are 1. jax types a symbolic operand dim of a broadcast only where
+    it is the output's (its shape rule asks each operand dim to be definitely 1 or definitely the output's), so
+    such a broadcast (log_softmax's keepdims sum, expand_dims over a symbolic batch) is an Unsqueeze, as the
+    static translation's Reshape is."""
+    mapped = dict(zip(dims, have))
+    return all(w == 1 if d not in mapped else (mapped[d] < 0) == (w < 0) and (w < 0 or mapped[d] == w)
+               for d, w in enumerate(want))
 
 
 @register("stablehlo.dynamic_reshape")
