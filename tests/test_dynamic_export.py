@@ -198,6 +198,8 @@ CASES = [
     DynCase("iota_2d", lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 1) * lax.broadcasted_iota(
         x.dtype, x.shape, 0), [Arg("b, s")]),
     DynCase("mean_over_batch", lambda x: x - x.mean(0), [Arg("b, 3")]),
+    # Two broadcasts of scalars meet (a cotangent 1.0 * 4.0): one keeps its Expand, else the result is a scalar.
+    DynCase("broadcast_scalars_only", lambda x: jnp.full_like(x, 1.0) * (x.shape[1] * 1.0), [Arg("b, 4")]),
     DynCase("softmax", lambda x: jax.nn.softmax(x, axis=-1), [Arg("b, 6")], fused=["Softmax"]),
     DynCase("layer_norm_fused", lambda x: jax.nn.standardize(x, axis=-1), [Arg("b, s, 8")], CONV_TOL),
     DynCase("batch_norm", batch_norm, [Arg("b, 3, 4, 4"), Arg("3"), Arg("3", low=1), Arg("3"), Arg("3")], CONV_TOL,

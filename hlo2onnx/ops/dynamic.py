@@ -68,9 +68,9 @@ _BROADCASTING = frozenset(f"stablehlo.{op}" for op in (
 
 
 def _only_broadcast_into_peers(op) -> bool:
-    """Whether every user of `op`'s result is a broadcasting elementwise op with another operand of the
-    result's type that is no such broadcast (that operand then gives ONNX's broadcast the full shape), or a
-    dynamic_broadcast_in_dim of which that holds."""
+    """Whether every user of `op`'s result is a broadcasting elementwise op whose operands of the result's type
+    give ONNX's broadcast the full shape by themselves (_covers), or a dynamic_broadcast_in_dim of which that
+    holds."""
     result = op.results[0]
     users = [use.owner for use in result.uses]
     for user in users:
@@ -78,13 +78,36 @@ def _only_broadcast_into_peers(op) -> bool:
             if not _only_broadcast_into_peers(user):
                 return False
             continue
-        if user.operation.name not in _BROADCASTING:
-            return False
-        peers = [v for v in user.operands if v != result and v.type == result.type and not (
-            isinstance(v.owner, type(op)) and v.owner.name == "stablehlo.dynamic_broadcast_in_dim")]
-        if not peers:
+        if user.operation.name not in _BROADCASTING or not _covers(user, result.type):
             return False
     return bool(users)
+
+
+def _is_broadcast(value) -> bool:
+    """Whether a dynamic_broadcast_in_dim computes `value` (its owner: an op's view, or a block for an argument)."""
+    owner = value.owner
+    return isinstance(owner, (mlir.Operation, mlir.OpView)) and owner.name == "stablehlo.dynamic_broadcast_in_dim"
+
+
+def _covers(user, full) -> bool:
+    """Whether `user`'s operands of type `full` make its full shape under ONNX broadcasting with every broadcast
+    among them elided: one that is no broadcast does; else each dim of the result must come from some broadcast's
+    operand (a dim that is not 1, or symbolic: jax types it so only where it is the result's). Elided broadcasts of
+    scalars alone (1.0 * 4.0, a cotangent) would leave a scalar where the full shape is typed."""
+    shape = mlir.RankedTensorType(full).shape
+    covered = [d == 1 for d in shape]
+    for v in user.operands:
+        if v.type != full:
+            continue
+        if not _is_broadcast(v):
+            return True
+        source = v.owner.operands[0]
+        if _is_broadcast(source):  # elided in turn, it may hold fewer dims than its type shows
+            continue
+        dims = mlir.DenseI64ArrayAttr(v.owner.attributes["broadcast_dimensions"])
+        for size, d in zip(mlir.RankedTensorType(source.type).shape, dims):
+            covered[d] = covered[d] or size != 1
+    return all(covered)
 
 
 @register("stablehlo.dynamic_broadcast_in_dim")
