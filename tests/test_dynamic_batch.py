@@ -1,5 +1,5 @@
 """Models with a symbolic batch (and sequence) that used to lose something the static export has: the library
-normalizations' fusions, and max pooling's gradient.
+normalizations' fusions, and max pooling's gradient (stablehlo.select_and_scatter).
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes; the
 fusion rows must also come out with the same op types as the same model exported with static shapes.
@@ -104,3 +104,55 @@ def _op_types(case: DynCase, symbolic: bool) -> Counter:
 @pytest.mark.parametrize("case", [c for c in FUSIONS if "s" in c.args[0].spec.split(", ")], ids=repr)
 def test_fusions_as_static(case: DynCase):
     assert _op_types(case, True) == _op_types(case, False)
+
+
+def max_pool_loss(window, strides, padding):
+    """sum(sin(max pool)): its gradient is jax's select_and_scatter of the pool's cotangent."""
+    def loss(x):
+        return jnp.sum(jnp.sin(lax.reduce_window(x, -jnp.inf, lax.max, window, strides, padding)))
+    return loss
+
+
+def cnn_loss(w, x):
+    """conv -> relu -> 2x2 max pool -> mean square: its gradient for the images, over a symbolic batch."""
+    y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = nn.max_pool(jax.nn.relu(y), (2, 2), strides=(2, 2))
+    return jnp.mean(y ** 2)
+
+
+GRADIENTS = [
+    DynCase("max_pool_grad_nhwc", jax.grad(max_pool_loss((1, 2, 2, 1), (1, 2, 2, 1), "VALID")),
+            [Arg("b, 8, 8, 3")], CONV_TOL),
+    DynCase("max_pool_grad_flax_same", jax.grad(lambda x: jnp.sum(jnp.sin(
+        nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")))), [Arg("b, 9, 9, 2")], CONV_TOL),
+    DynCase("max_pool_grad_nchw_padded", jax.grad(max_pool_loss((1, 1, 3, 3), (1, 1, 2, 2),
+                                                                ((0, 0), (0, 0), (1, 1), (1, 1)))),
+            [Arg("b, 2, 7, 7")], CONV_TOL),
+    DynCase("max_pool_grad_batch_and_seq", jax.grad(max_pool_loss((1, 1, 3), (1, 1, 2), "VALID")),
+            [Arg("b, s, 7")], CONV_TOL),
+    # The symbolic dim behind the windowed one: moved in front of it and back.
+    DynCase("max_pool_grad_symbolic_last", jax.grad(max_pool_loss((2, 1), (2, 1), "VALID")), [Arg("6, b")],
+            CONV_TOL),
+    # Rounded values (their gradient passed straight through) tie within windows: the first pick wins.
+    DynCase("min_pool_grad_ties", jax.grad(lambda x: jnp.sum(lax.reduce_window(
+        x + lax.stop_gradient(jnp.round(x) - x), jnp.inf, lax.min, (1, 2, 2), (1, 1, 1), "SAME") * x.shape[1])),
+            [Arg("b, 4, 5")], CONV_TOL),
+    DynCase("cnn_input_grad", jax.grad(cnn_loss, argnums=1), [Arg("3, 3, 2, 4"), Arg("b, 6, 6, 2")], (1e-4, 1e-4)),
+]
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+@pytest.mark.parametrize("case", GRADIENTS, ids=repr)
+def test_pooling_gradients_under_symbolic_batch(case: DynCase, x64: bool):
+    proto = check_symbolic(case, x64)
+    assert "ScatterElements" in {node.op_type for node in proto.graph.node}
+
+
+def test_window_along_symbolic_dim_refused():
+    """A window that spans the symbolic dim itself picks across rows the graph cannot enumerate: refused, with
+    the op, the dim and the user's line."""
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("b, 3", constraints=["b >= 2"]), jnp.float32)
+    exported = export.export(jax.jit(jax.grad(max_pool_loss((2, 1), (1, 1), "VALID"))))(spec)
+    with pytest.raises(hlo2onnx.UnsupportedOpError,
+                       match="stablehlo.select_and_scatter: symbolic dimension 0 .*a window along a symbolic dim"):
+        hlo2onnx.convert(exported, dynamic=True)
