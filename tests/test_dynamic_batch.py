@@ -1,5 +1,6 @@
 """Models with a symbolic batch (and sequence) that used to lose something the static export has: the library
-normalizations' fusions, and max pooling's gradient (stablehlo.select_and_scatter).
+normalizations' fusions, max pooling's gradient (stablehlo.select_and_scatter), and batched LU and Cholesky
+(LAPACK's getrf and potrf, and the triangular solves after them).
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes; the
 fusion rows must also come out with the same op types as the same model exported with static shapes.
@@ -12,6 +13,7 @@ import equinox as eqx
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 import pytest
 from flax import nnx
 from jax import export, lax
@@ -155,4 +157,43 @@ def test_window_along_symbolic_dim_refused():
     exported = export.export(jax.jit(jax.grad(max_pool_loss((2, 1), (1, 1), "VALID"))))(spec)
     with pytest.raises(hlo2onnx.UnsupportedOpError,
                        match="stablehlo.select_and_scatter: symbolic dimension 0 .*a window along a symbolic dim"):
+        hlo2onnx.convert(exported, dynamic=True)
+
+
+def spd(a):
+    """A symmetric positive definite matrix from any square one."""
+    return a @ jnp.swapaxes(a, -1, -2) + a.shape[-1] * jnp.eye(a.shape[-1], dtype=a.dtype)
+
+
+LINALG_TOL = (1e-4, 1e-4)
+LINALG = [
+    DynCase("lu_factor", jsl.lu_factor, [Arg("b, 4, 4")], LINALG_TOL),
+    DynCase("lu_rectangular", lax.linalg.lu, [Arg("b, 5, 3")], LINALG_TOL),  # with the permutation
+    DynCase("lu_two_batch_dims", jsl.lu_factor, [Arg("b, s, 3, 3")], LINALG_TOL),
+    DynCase("cholesky", lambda a: jnp.linalg.cholesky(spd(a)), [Arg("b, 4, 4")], LINALG_TOL),
+    DynCase("cholesky_upper_two_batch_dims", lambda a: jsl.cholesky(spd(a), lower=False), [Arg("b, s, 3, 3")],
+            LINALG_TOL),
+    DynCase("cholesky_not_positive", jnp.linalg.cholesky, [Arg("b, 3, 3")], LINALG_TOL),  # NaN where info > 0
+    DynCase("solve", jnp.linalg.solve, [Arg("b, 4, 4"), Arg("b, 4, 2")], LINALG_TOL),
+    DynCase("inv", jnp.linalg.inv, [Arg("b, 3, 3")], LINALG_TOL),
+    # Kept away from singular: a log-determinant near one is ill-conditioned in f32 whoever computes it.
+    DynCase("slogdet", lambda a: jnp.linalg.slogdet(a + 3 * jnp.eye(5, dtype=a.dtype)), [Arg("b, 5, 5")], LINALG_TOL),
+    DynCase("cho_solve", lambda a, r: jsl.cho_solve(jsl.cho_factor(spd(a)), r), [Arg("b, 4, 4"), Arg("b, 4, 2")],
+            LINALG_TOL),
+]
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+@pytest.mark.parametrize("case", LINALG, ids=repr)
+def test_factorizations_under_symbolic_batch(case: DynCase, x64: bool):
+    proto = check_symbolic(case, x64)
+    assert "Loop" in {node.op_type for node in proto.graph.node}  # the factorization, not a refusal's fallback
+
+
+def test_symbolic_matrix_dims_refused():
+    """The matrices' own dims set the loop's steps: symbolic ones are refused by name."""
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("b, n, n"), jnp.float32)
+    exported = export.export(jax.jit(jsl.lu_factor))(spec)
+    with pytest.raises(hlo2onnx.UnsupportedOpError, match=r"symbolic dimension 1 of operand 0 \(shape \?x\?x\?\): "
+                                                          "the matrix dimensions of @lapack_sgetrf_ffi must be static"):
         hlo2onnx.convert(exported, dynamic=True)
