@@ -261,6 +261,9 @@ CASES = [
             [Arg("b, 5"), Arg("b, 2", I32, 0, 5)]),
     DynCase("scatter_set_batch", lambda x: x.at[:, 0].set(1.0), [Arg("b, 3")]),
     DynCase("at_set_dropped", lambda x, u: x.at[jnp.array([0, 2, 5, 9])].set(u), [Arg("b, 3"), Arg("4, 3")]),
+    # A scatter batched over two symbolic dims (vmapped .at[i].set, as jax's LU pivots become a permutation).
+    DynCase("at_set_vmapped_twice", jax.vmap(jax.vmap(lambda x, i: x.at[i].set(0.0))),
+            [Arg("b, s, 5"), Arg("b, s", I32, -2, 7)]),
     DynCase("at_set_per_row", lambda x, i: x.at[jnp.arange(x.shape[0]), i].set(0.0), [Arg("b, 3"), Arg("b", I32, 0, 3)]),
     DynCase("at_max_runtime_rows", lambda x, i, u: x.at[i].max(u), [Arg("b, 3"), Arg("4", I32, -2, 9), Arg("4, 3")]),
     DynCase("segment_sum_into_batch", lambda x, i: jnp.zeros_like(x).at[i].add(1.0),
