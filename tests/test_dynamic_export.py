@@ -198,6 +198,8 @@ CASES = [
     DynCase("iota_2d", lambda x: x + lax.broadcasted_iota(x.dtype, x.shape, 1) * lax.broadcasted_iota(
         x.dtype, x.shape, 0), [Arg("b, s")]),
     DynCase("mean_over_batch", lambda x: x - x.mean(0), [Arg("b, 3")]),
+    # Two broadcasts of scalars meet (a cotangent 1.0 * 4.0): one keeps its Expand, else the result is a scalar.
+    DynCase("broadcast_scalars_only", lambda x: jnp.full_like(x, 1.0) * (x.shape[1] * 1.0), [Arg("b, 4")]),
     DynCase("softmax", lambda x: jax.nn.softmax(x, axis=-1), [Arg("b, 6")], fused=["Softmax"]),
     DynCase("layer_norm_fused", lambda x: jax.nn.standardize(x, axis=-1), [Arg("b, s, 8")], CONV_TOL),
     DynCase("batch_norm", batch_norm, [Arg("b, 3, 4, 4"), Arg("3"), Arg("3", low=1), Arg("3"), Arg("3")], CONV_TOL,
@@ -259,6 +261,9 @@ CASES = [
             [Arg("b, 5"), Arg("b, 2", I32, 0, 5)]),
     DynCase("scatter_set_batch", lambda x: x.at[:, 0].set(1.0), [Arg("b, 3")]),
     DynCase("at_set_dropped", lambda x, u: x.at[jnp.array([0, 2, 5, 9])].set(u), [Arg("b, 3"), Arg("4, 3")]),
+    # A scatter batched over two symbolic dims (vmapped .at[i].set, as jax's LU pivots become a permutation).
+    DynCase("at_set_vmapped_twice", jax.vmap(jax.vmap(lambda x, i: x.at[i].set(0.0))),
+            [Arg("b, s, 5"), Arg("b, s", I32, -2, 7)]),
     DynCase("at_set_per_row", lambda x, i: x.at[jnp.arange(x.shape[0]), i].set(0.0), [Arg("b, 3"), Arg("b", I32, 0, 3)]),
     DynCase("at_max_runtime_rows", lambda x, i, u: x.at[i].max(u), [Arg("b, 3"), Arg("4", I32, -2, 9), Arg("4, 3")]),
     DynCase("segment_sum_into_batch", lambda x, i: jnp.zeros_like(x).at[i].add(1.0),
@@ -292,6 +297,12 @@ def _dim_names(values) -> list[list[str | int]]:
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
 @pytest.mark.parametrize("case", CASES, ids=repr)
 def test_symbolic_model(case: DynCase, x64: bool):
+    check_symbolic(case, x64)
+
+
+def check_symbolic(case: DynCase, x64: bool) -> onnx.ModelProto:
+    """Converts `case` over its symbolic dims and compares the model with jax.jit at each of its sizes; returns
+    the model."""
     with _scope(x64):
         exported, proto = _convert(case)
         # Inputs keep the user's dim names exactly where the spec had them; outputs are named by jax's
@@ -318,6 +329,7 @@ def test_symbolic_model(case: DynCase, x64: bool):
                 assert a.shape == e.shape and a.dtype == e.dtype, (sizes, a.shape, e.shape, a.dtype, e.dtype)
                 rtol, atol = case.tol or TOLERANCE.get(e.dtype, (0, 0))
                 np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"{case.name} at {sizes}")
+    return proto
 
 
 # Symbolic dims ONNX cannot take through these ops, refused with the op, the dim and the user's line.

@@ -9,6 +9,7 @@ work around it.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from jax.extend.mlir import ir as mlir
 
@@ -60,4 +61,12 @@ def custom_call(ctx: RuleContext, *inputs, call_target_name: str, **_attrs):
     if call_target_name not in CUSTOM_DYNAMIC_OK and any(
             d < 0 for t in ctx.in_types + ctx.out_types for d in t.shape):
         raise NotImplementedError(f"custom call @{call_target_name}: dynamic dimensions are not supported")
+    attributes = ctx.hlo_op.attributes
+    if "indices_of_shape_operands" in attributes:
+        # Under shape polymorphism jax's FFI calls also take their results' shapes as operands; the rules read
+        # the sizes from the data operands, and see only those.
+        shape_operands = {int(i) for i in mlir.DenseIntElementsAttr(attributes["indices_of_shape_operands"])}
+        kept = [i for i in range(len(inputs)) if i not in shape_operands]
+        inputs = tuple(inputs[i] for i in kept)
+        ctx = replace(ctx, in_types=[ctx.in_types[i] for i in kept])
     return rule(ctx, *inputs, **backend_config(ctx.hlo_op))

@@ -68,9 +68,9 @@ _BROADCASTING = frozenset(f"stablehlo.{op}" for op in (
 
 
 def _only_broadcast_into_peers(op) -> bool:
-    """Whether every user of `op`'s result is a broadcasting elementwise op with another operand of the
-    result's type that is no such broadcast (that operand then gives ONNX's broadcast the full shape), or a
-    dynamic_broadcast_in_dim of which that holds."""
+    """Whether every user of `op`'s result is a broadcasting elementwise op whose operands of the result's type
+    give ONNX's broadcast the full shape by themselves (_covers), or a dynamic_broadcast_in_dim of which that
+    holds."""
     result = op.results[0]
     users = [use.owner for use in result.uses]
     for user in users:
@@ -78,13 +78,36 @@ def _only_broadcast_into_peers(op) -> bool:
             if not _only_broadcast_into_peers(user):
                 return False
             continue
-        if user.operation.name not in _BROADCASTING:
-            return False
-        peers = [v for v in user.operands if v != result and v.type == result.type and not (
-            isinstance(v.owner, type(op)) and v.owner.name == "stablehlo.dynamic_broadcast_in_dim")]
-        if not peers:
+        if user.operation.name not in _BROADCASTING or not _covers(user, result.type):
             return False
     return bool(users)
+
+
+def _is_broadcast(value) -> bool:
+    """Whether a dynamic_broadcast_in_dim computes `value` (its owner: an op's view, or a block for an argument)."""
+    owner = value.owner
+    return isinstance(owner, (mlir.Operation, mlir.OpView)) and owner.name == "stablehlo.dynamic_broadcast_in_dim"
+
+
+def _covers(user, full) -> bool:
+    """Whether `user`'s operands of type `full` make its full shape under ONNX broadcasting with every broadcast
+    among them elided: one that is no broadcast does; else each dim of the result must come from some broadcast's
+    operand (a dim that is not 1, or symbolic: jax types it so only where it is the result's). Elided broadcasts of
+    scalars alone (1.0 * 4.0, a cotangent) would leave a scalar where the full shape is typed."""
+    shape = mlir.RankedTensorType(full).shape
+    covered = [d == 1 for d in shape]
+    for v in user.operands:
+        if v.type != full:
+            continue
+        if not _is_broadcast(v):
+            return True
+        source = v.owner.operands[0]
+        if _is_broadcast(source):  # elided in turn, it may hold fewer dims than its type shows
+            continue
+        dims = mlir.DenseI64ArrayAttr(v.owner.attributes["broadcast_dimensions"])
+        for size, d in zip(mlir.RankedTensorType(source.type).shape, dims):
+            covered[d] = covered[d] or size != 1
+    return all(covered)
 
 
 @register("stablehlo.dynamic_broadcast_in_dim")
@@ -108,8 +131,21 @@ def dynamic_broadcast_in_dim(ctx: RuleContext, x, output_dimensions, *, broadcas
         return x
     x = transpose_to(b, x, sorted(range(len(dims)), key=dims.__getitem__))
     x = unsqueeze_missing(b, x, dims, ctx.out_type.rank)
+    if _expands_nothing(ctx.in_types[0].shape, ctx.out_type.shape, dims):
+        return x
     # Expand broadcasts both ways; the operand's dims are 1 or the output's, as StableHLO requires.
     return b.op("Expand", x, b.cast(output_dimensions, np.int64))
+
+
+def _expands_nothing(have: tuple[int, ...], want: tuple[int, ...], dims: list[int]) -> bool:
+    """Whether a broadcast only inserts unit axes: each operand dim lands on an equal static dim or, symbolic, on
+    a symbolic one, and the other output dims are 1. jax types a symbolic operand dim of a broadcast only where
+    it is the output's (its shape rule asks each operand dim to be definitely 1 or definitely the output's), so
+    such a broadcast (log_softmax's keepdims sum, expand_dims over a symbolic batch) is an Unsqueeze, as the
+    static translation's Reshape is."""
+    mapped = dict(zip(dims, have))
+    return all(w == 1 if d not in mapped else (mapped[d] < 0) == (w < 0) and (w < 0 or mapped[d] == w)
+               for d, w in enumerate(want))
 
 
 @register("stablehlo.dynamic_reshape")

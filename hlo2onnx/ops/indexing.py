@@ -117,6 +117,8 @@ def _fits(b, s: _Starts, high: Sequence[int]) -> ir.Value | None:
     ok = b.op("And", b.op("GreaterOrEqual", s.matrix, b.const(np.zeros(1, I64))),
               b.op("LessOrEqual", s.matrix, _bound(b, high)))
     if len(s.dims) == 1:
+        if sum(n < 0 for n in s.batch) > 1:  # as _drop_last: a Reshape spells one symbolic dim
+            return b.op("Squeeze", ok, b.shape_const([len(s.batch)]))
         return reshape_to(b, ok, s.batch)
     return b.op("ReduceMin", ok, b.shape_const([-1]), keepdims=0)
 

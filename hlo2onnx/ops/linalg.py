@@ -24,22 +24,25 @@ from math import prod
 
 import numpy as np
 import onnx_ir as ir
+from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops import complex as complex_ops
+from hlo2onnx.ops import dims
 from hlo2onnx.ops.complex import Z
-from hlo2onnx.ops.linalg_kit import (Planes, adjoint, compute_dtype, diagonal, eye, first_failure, flat, iota, join,
-                                      larfg, loop, loop_step, matmul, pack_reflector, planes, reversed_axes, set_column,
-                                      times, transposed, unflat)
-from hlo2onnx.ops.shape import reshape_to
+from hlo2onnx.ops.linalg_kit import (Planes, adjoint, batch_shape, compute_dtype, diagonal, eye, first_failure, flat,
+                                      iota, join, larfg, loop, loop_step, matmul, pack_reflector, planes, reversed_axes,
+                                      set_column, times, transposed, unbatched, unflat)
+from hlo2onnx.ops.shape import merged, reshape_to
 from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, real_dtype
 
 
-def _lapack(*routines: str):
-    return register_custom_call(*(f"lapack_{kind}{r}_ffi" for r in routines for kind in "sd"))
+def _lapack(*routines: str, dynamic: bool = False):
+    # dynamic: the rule takes symbolic batch dims (the matrices' own dims stay static: they set the loop's steps).
+    return register_custom_call(*(f"lapack_{kind}{r}_ffi" for r in routines for kind in "sd"), dynamic=dynamic)
 
 
 # -- triangular solve ------------------------------------------------------------------------------------
@@ -50,7 +53,7 @@ def solve_triangular(ctx: RuleContext, a: ir.Value, rhs: ir.Value, *, left: bool
     dtype = compute_dtype(out.dtype)
     a = flat(b, a, ctx.in_types[0], 2, dtype)
     x = flat(b, rhs, ctx.in_types[1], 2, dtype)
-    batch, rows, cols = prod(out.shape[:-2]), *out.shape[-2:]
+    batch, rows, cols = merged(out.shape[:-2]), *out.shape[-2:]
     if not left:  # X op(A) = B  <=>  op(A)^T X^T = B^T
         x, transpose, rows, cols = transposed(b, x), not transpose, cols, rows
     if transpose:
@@ -62,7 +65,7 @@ def solve_triangular(ctx: RuleContext, a: ir.Value, rhs: ir.Value, *, left: bool
         x = reversed_axes(b, x, [1])
     if not left:
         x = transposed(b, x)
-    return unflat(b, x, out)
+    return unflat(b, x, out, rhs)
 
 
 def _forward_substitution(b: Builder, a: ir.Value, rhs: ir.Value, batch: int, n: int, r: int, unit: bool,
@@ -82,13 +85,18 @@ def _forward_substitution(b: Builder, a: ir.Value, rhs: ir.Value, batch: int, n:
                    sb.op("MatMul", sb.op("Gather", strict, k1, axis=1), x))
         if pivots is not None:
             xk = sb.op("Div", xk, sb.op("Gather", pivots, k1, axis=1))
-        return [sb.op("ScatterElements", x, sb.op("Expand", k1, sb.shape_const([batch, 1, r])), xk, axis=1)], []
+        return [sb.op("ScatterElements", x, sb.op("Expand", k1, batch_shape(sb, x, batch, 1, r)), xk, axis=1)], []
 
-    return loop(b, "trsm", n, [b.splat(0, dtype, (batch, n, r))], [ttype], body)[0]
+    if batch >= 0:
+        zeros = b.splat(0, dtype, (batch, n, r))
+    else:  # a symbolic batch: the right-hand sides' own
+        zeros = b.op("ConstantOfShape", batch_shape(b, rhs, batch, n, r), value=ir.tensor(np.zeros(1, dtype)))
+    return loop(b, "trsm", n, [zeros], [ttype], body)[0]
 
 
-@_lapack("trsm")
+@_lapack("trsm", dynamic=True)
 def trsm(ctx: RuleContext, a, rhs, *, side: int, uplo: int, trans_x: int, diag: int):
+    _static_matrices(ctx)
     return solve_triangular(ctx, a, rhs, left=side == ord("L"), lower=uplo == ord("L"),
                             transpose=trans_x != ord("N"), unit=diag == ord("U"))
 
@@ -101,21 +109,31 @@ def triangular_solve(ctx: RuleContext, a, rhs, *, left_side: bool, lower: bool, 
 
 
 # -- LU --------------------------------------------------------------------------------------------------
-@_lapack("getrf")
+@_lapack("getrf", dynamic=True)
 def getrf(ctx: RuleContext, a):
     b, (t_lu, t_pivots, t_info) = ctx.b, ctx.out_types
+    _static_matrices(ctx)
     dtype = compute_dtype(t_lu.dtype)
     lu, pivots = lu_factor(b, [flat(b, a, ctx.in_types[0], 2, dtype)], t_lu.shape, dtype)
     zero = b.const(np.zeros((), dtype))
-    info = first_failure(b, b.op("Equal", diagonal(b, lu[0], *t_lu.shape[-2:], dtype), zero), t_info)
-    return unflat(b, lu[0], t_lu), reshape_to(b, pivots, list(t_pivots.shape)), info
+    info = first_failure(b, b.op("Equal", diagonal(b, lu[0], *t_lu.shape[-2:], dtype), zero), t_info, a)
+    return unflat(b, lu[0], t_lu, a), unbatched(b, pivots, list(t_pivots.shape), a), info
+
+
+def _static_matrices(ctx: RuleContext) -> None:
+    """Symbolic batch dims are taken (the loops run on whole batches); the matrices' dims set the steps and the
+    shapes inside them, and must be static."""
+    target = mlir.StringAttr(ctx.hlo_op.attributes["call_target_name"]).value
+    for i, ttype in enumerate(ctx.in_types):
+        rank = len(ttype.shape)
+        dims.refuse(ctx, [rank - 2, rank - 1], f"the matrix dimensions of @{target} must be static", operand=i)
 
 
 def lu_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Planes, ir.Value]:
     """LU with partial pivoting, right-looking, of (B, m, n) planes: the first largest |entry| pivots (for a
     complex one |re| + |im|, LAPACK's izamax). Returns the packed factors and the (B, steps) 1-based pivot rows."""
     *_, m, n = shape
-    batch, steps = prod(shape[:-2]), min(m, n)
+    batch, steps = merged(shape[:-2]), min(m, n)
     row, col = iota(b, m, (m, 1)), iota(b, n, (1, n))
     zero, one, minus_one = (b.const(np.asarray(v, dtype)) for v in (0, 1, -1))
 
@@ -125,12 +143,12 @@ def lu_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
         size = columns[0] if len(columns) == 1 else sb.op("Add", *columns)
         pivot_row = sb.op("ArgMax", sb.op("Where", sb.op("Less", row, k), minus_one, size), axis=1, keepdims=1)
         # Swap rows k and p: a scatter of two rows (a full-size Where costs several times more).
-        rows_kp = sb.op("Concat", sb.op("Expand", k1, sb.shape_const([batch, 1, n])),
-                        sb.op("Expand", pivot_row, sb.shape_const([batch, 1, n])), axis=1)
+        rows_shape = batch_shape(sb, carried[0], batch, 1, n)
+        rows_kp = sb.op("Concat", sb.op("Expand", k1, rows_shape), sb.op("Expand", pivot_row, rows_shape), axis=1)
         lu, rows_p = [], []
         for x in carried:
             row_k = sb.op("Gather", x, k1, axis=1)
-            row_p = sb.op("GatherElements", x, sb.op("Expand", pivot_row, sb.shape_const([batch, 1, n])), axis=1)
+            row_p = sb.op("GatherElements", x, sb.op("Expand", pivot_row, rows_shape), axis=1)
             lu.append(sb.op("ScatterElements", x, rows_kp, sb.op("Concat", row_p, row_k, axis=1), axis=1))
             rows_p.append(row_p)
         pivot = [sb.op("Gather", row_p, k1, axis=2) for row_p in rows_p]
@@ -170,7 +188,7 @@ def cholesky_factor(ctx: RuleContext, a: ir.Value, lower: bool) -> tuple[ir.Valu
     at the first one that is not positive)."""
     b, ttype = ctx.b, ctx.in_types[0]
     dtype = compute_dtype(ttype.dtype)
-    n, batch = ttype.shape[-1], prod(ttype.shape[:-2])
+    n, batch = ttype.shape[-1], merged(ttype.shape[:-2])
     x = flat(b, a, ttype, 2, dtype)
     if not lower:  # U^T U from the upper triangle is L L^T from the transpose's lower one
         x = transposed(b, x)
@@ -196,12 +214,13 @@ def cholesky_factor(ctx: RuleContext, a: ir.Value, lower: bool) -> tuple[ir.Valu
     return (w if lower else transposed(b, w)), _transposed2d(b, squares)
 
 
-@_lapack("potrf")
+@_lapack("potrf", dynamic=True)
 def potrf(ctx: RuleContext, a, *, uplo: int):
+    _static_matrices(ctx)
     factor, squares = cholesky_factor(ctx, a, lower=uplo == ord("L"))
     zero = ctx.b.const(np.zeros((), compute_dtype(ctx.in_types[0].dtype)))
     failed = ctx.b.op("Not", ctx.b.op("Greater", squares, zero))
-    return unflat(ctx.b, factor, ctx.out_types[0]), first_failure(ctx.b, failed, ctx.out_types[1])
+    return unflat(ctx.b, factor, ctx.out_types[0], a), first_failure(ctx.b, failed, ctx.out_types[1], a)
 
 
 @register("stablehlo.cholesky")

@@ -3,7 +3,6 @@
 constants, Householder reflectors, LAPACK's info, and ONNX Loops whose bodies work on whole batches."""
 from __future__ import annotations
 
-from math import prod
 from typing import Callable, Sequence
 
 import numpy as np
@@ -11,7 +10,8 @@ import onnx_ir as ir
 
 from hlo2onnx.builder import Builder, graph_input
 from hlo2onnx.ops import complex as complex_ops
-from hlo2onnx.ops.shape import reshape_to
+from hlo2onnx.ops import dims
+from hlo2onnx.ops.shape import merged, reshape_to
 from hlo2onnx.types import TensorType, is_float, set_type
 
 _INT64_MIN = np.iinfo(np.int64).min
@@ -30,15 +30,34 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def flat(b: Builder, x: ir.Value, ttype: TensorType, core: int, dtype: np.dtype) -> ir.Value:
-    """(batch..., *core dims) -> (B, *core dims) in the compute dtype."""
+    """(batch..., *core dims) -> (B, *core dims) in the compute dtype (B is -1 where a batch dim is symbolic)."""
     shape = ttype.shape
-    return reshape_to(b, b.cast(x, dtype), [prod(shape[:len(shape) - core]), *shape[len(shape) - core:]])
+    return reshape_to(b, b.cast(x, dtype), [merged(shape[:len(shape) - core]), *shape[len(shape) - core:]])
 
 
-def unflat(b: Builder, x: ir.Value, ttype: TensorType) -> ir.Value:
-    """The inverse of flat, for a result of type `ttype`."""
-    x = reshape_to(b, x, list(ttype.shape))
+def unflat(b: Builder, x: ir.Value, ttype: TensorType, like: ir.Value | None = None) -> ir.Value:
+    """The inverse of flat, for a result of type `ttype`; several symbolic batch dims are read from `like`, a
+    value with the same leading batch dims (the operand)."""
+    x = unbatched(b, x, list(ttype.shape), like)
     return x if compute_dtype(ttype.dtype) == ttype.dtype else b.cast(x, ttype.dtype)
+
+
+def unbatched(b: Builder, x: ir.Value, shape: list[int], like: ir.Value | None) -> ir.Value:
+    """Reshapes x to `shape`, whose -1s (symbolic batch dims) are `like`'s leading dims where there are several
+    (a Reshape spells one -1 itself)."""
+    if sum(d < 0 for d in shape) <= 1:
+        return reshape_to(b, x, shape)
+    if like is None:
+        raise NotImplementedError("a result with several symbolic batch dimensions")
+    return dims.reshape(b, x, dims.dims(b, like, shape))
+
+
+def batch_shape(b: Builder, like: ir.Value, batch: int, *rest: int) -> ir.Value:
+    """The shape (batch, *rest) as a tensor: a constant, or with a symbolic batch (-1) `like`'s first dim read at
+    run time (`like`: a (B, ...) value, such as a Loop's carried matrices)."""
+    if batch >= 0:
+        return b.shape_const([batch, *rest])
+    return dims.shape_value(b, [b.op("Shape", like, start=0, end=1), *rest])
 
 
 Planes = list  # a real matrix as [x], a complex one as [real, imag]
@@ -187,7 +206,7 @@ def reversed_axes(b: Builder, x: ir.Value, axes: Sequence[int]) -> ir.Value:
 
 def set_column(b: Builder, x: ir.Value, k1: ir.Value, column: ir.Value, batch: int, m: int) -> ir.Value:
     """x[:, :, k] = column (B, m, 1): a scatter, cheaper than a full-size Where."""
-    return b.op("ScatterElements", x, b.op("Expand", k1, b.shape_const([batch, m, 1])), column, axis=2)
+    return b.op("ScatterElements", x, b.op("Expand", k1, batch_shape(b, x, batch, m, 1)), column, axis=2)
 
 
 def diagonal(b: Builder, x: ir.Value, m: int, n: int, dtype: np.dtype) -> ir.Value:
@@ -198,13 +217,13 @@ def diagonal(b: Builder, x: ir.Value, m: int, n: int, dtype: np.dtype) -> ir.Val
     return rows if m <= n else b.op("Slice", rows, b.shape_const([0]), b.shape_const([n]), b.shape_const([1]))
 
 
-def first_failure(b: Builder, failed: ir.Value, ttype: TensorType) -> ir.Value:
-    """LAPACK's info from a (B, k) mask of failed steps: the first one, 1-based, or 0."""
+def first_failure(b: Builder, failed: ir.Value, ttype: TensorType, like: ir.Value | None = None) -> ir.Value:
+    """LAPACK's info from a (B, k) mask of failed steps: the first one, 1-based, or 0 (`like`: as unflat's)."""
     flags = b.cast(failed, np.int32)
     first = b.cast(b.op("ArgMax", flags, axis=1, keepdims=0), np.int32)  # the first maximum
     info = b.op("Mul", b.op("Add", first, b.const(np.int32(1))),
                 b.op("ReduceMax", flags, b.shape_const([1]), keepdims=0))
-    return reshape_to(b, info, list(ttype.shape))
+    return unbatched(b, info, list(ttype.shape), like)
 
 
 def _loop(b: Builder, name: str, trip: int | ir.Value, go_on: ir.Value | None, inits: Sequence[ir.Value],

@@ -238,12 +238,18 @@ def _unsqueeze_reduced_dims(node: ir.Node) -> ir.Value | None:
 
 
 def _scalar_no_op(node: ir.Node, result: ir.Value) -> bool:
-    """Over symbolic shapes: x op neutral where the neutral is a scalar keeps x's shape by broadcasting."""
+    """Over symbolic shapes: x op neutral where the neutral is a scalar keeps x's shape by broadcasting, as
+    does Where(c, x, y) with a constant c that picks x everywhere and c, y of single elements of no higher rank
+    than x (jnp.var's guard where(n > ddof, var, nan) over a static n, whose rows are symbolic)."""
     out = node.outputs[0]
-    if symbolic_shape(out) is None or node.op_type not in _NEUTRAL or result.shape is None:
+    if symbolic_shape(out) is None or result.shape is None or result.shape.rank() != out.shape.rank():
         return False
     other = [v for v in node.inputs if v is not result]
-    return len(other) == 1 and static_shape(other[0]) == () and result.shape.rank() == out.shape.rank()
+    if node.op_type == "Where":
+        shapes = [static_shape(v) for v in other]
+        return len(other) == 2 and all(s is not None and len(s) <= len(out.shape) and prod(s) == 1
+                                       for s in shapes)
+    return node.op_type in _NEUTRAL and len(other) == 1 and static_shape(other[0]) == ()
 
 
 def drop_no_ops(graph: ir.Graph, nodes: Sequence[ir.Node] | None = None) -> int:

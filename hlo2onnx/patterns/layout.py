@@ -156,7 +156,7 @@ class _Region:
                     if v is not None and v not in self.moved and any(d != 1 for d in static_shape(v)):
                         node.replace_input_with(i, self._relaid(graph, node, v))
             out = node.outputs[0]
-            if static_shape(out) is not None:
+            if out.shape is not None:  # symbolic dims move too (a graph output's names come back with them)
                 out.shape = ir.Shape([out.shape.dims[i] for i in inverse])
         for node in self.reduce_exits:
             self._remap_axes(graph, node, 1)
@@ -178,7 +178,7 @@ class _Region:
             graph.insert_after(producer, back)
         out = back.outputs[0]
         out.type = value.type
-        if static_shape(value) is not None:
+        if value.shape is not None:
             out.shape = ir.Shape([value.shape.dims[p] for p in self.perm])
         for use in list(value.uses()):
             if use.node not in inside and use.node is not back:

@@ -181,6 +181,38 @@ class RMSNormRsqrt(RMSNorm):
     rsqrt = True
 
 
+def _rows(op, stat, target, name: str):
+    """A statistic (reduced without keepdims) given back its reduced axes as ones: a Reshape (its target a
+    constant, or computed in the graph under symbolic dims) or, under symbolic dims, an Unsqueeze."""
+    return pattern.OrValue([op.Reshape(stat, target), op.Unsqueeze(stat, target)], name=f"{name}_rows",
+                           tag_var=f"{name}_form", tag_values=["Reshape", "Unsqueeze"])
+
+
+def _not_rows(x: ir.Value, axis: int, rows: ir.Value, form: str, target: ir.Value) -> str | None:
+    """Why `rows` (a statistic of x over its axes from `axis` on, reshaped) is not x's rows (x's leading dims,
+    then ones), or None when it is."""
+    x_dims, wanted = known_dims(x), const_array(target)
+    rank = len(x_dims)
+    if form == "Unsqueeze":
+        if wanted is None or sorted(int(a) % rank for a in wanted.reshape(-1)) != list(range(axis, rank)):
+            return f"unsqueezed at {None if wanted is None else wanted.tolist()}"
+        return None
+    if wanted is not None:
+        kept = [d if i < axis else 1 for i, d in enumerate(x_dims)]
+        return None if wanted.tolist() == kept else f"a target {wanted.tolist()}, not {kept}"
+    # A target computed in the graph (symbolic dims). The Reshape's type gives x's rank, ones over the
+    # normalized axes and the leading dims it knows; the others are x's: the Reshape keeps the statistic's
+    # element count (the product of x's leading dims), and the translator broadcasts the result against x
+    # (where jax spelled out a broadcast to x's shape), so each leading dim is 1 or x's, and a product of
+    # such dims equal to the product of x's is x's own.
+    dims = known_dims(rows)
+    if static_shape(x) is not None or dims is None or len(dims) != rank:
+        return f"a computed target to {dims}"
+    if any(d != 1 for d in dims[axis:]) or any(d is not None and d != x_d for d, x_d in zip(dims[:axis], x_dims)):
+        return f"a computed target to {dims}, not x's rows"
+    return None
+
+
 class LayerNormFastVariance(LayerNorm):
     """flax's LayerNorm: var = max(0, mean(x*x) - mean(x)^2) from reductions without keepdims (a Reshape makes
     the rows), and the scale multiplied into rsqrt(var + eps) before it meets x - mean. Becomes
@@ -191,23 +223,20 @@ class LayerNormFastVariance(LayerNorm):
         mean_square = op.Div(op.ReduceSum(op.Mul(x, x), axes2, keepdims=0), n2)
         var = op.Sub(mean_square, op.Mul(mean, mean))
         var = pattern.OrValue([op.Max(zero, var), op.Relu(var)])
-        inv = op.Reciprocal(op.Sqrt(op.Add(op.Reshape(var, var_shape), epsilon)))
-        return op.Mul(op.Sub(x, op.Reshape(mean, mean_shape)), op.Mul(inv, g))
+        inv = op.Reciprocal(op.Sqrt(op.Add(_rows(op, var, var_shape, "var"), epsilon)))
+        return op.Mul(op.Sub(x, _rows(op, mean, mean_shape, "mean")), op.Mul(inv, g))
 
     def check(self, context, x, axes1, n1, axes2, n2, epsilon, g, mean_shape, var_shape, zero=None,
-              **_) -> MatchResult:
+              **bound) -> MatchResult:
         result = _check_mean_and_eps(self, x, [axes1, axes2], [n1, n2], epsilon)
         if not result:
             return result
         if zero is not None and scalar(zero) != 0:
             return result.fail(f"clamps the variance at {scalar(zero)}, not 0", zero)
-        x_shape = static_shape(x)
-        if x_shape is None:  # symbolic rows: the statistics' Reshape targets are computed, not constants
-            return result.fail("the input's shape is not static", x)
-        kept = [d if i < self._axis else 1 for i, d in enumerate(x_shape)]
-        for shape in (mean_shape, var_shape):
-            if const_array(shape) is None or const_array(shape).tolist() != kept:
-                return result.fail(f"the statistics are not reshaped to the rows {kept}", shape)
+        for name, shape in (("mean", mean_shape), ("var", var_shape)):
+            why = _not_rows(x, self._axis, bound[f"{name}_rows"], bound[f"{name}_form"], shape)
+            if why is not None:
+                return result.fail(f"the {name} is not reshaped to the rows: {why}", shape)
         return result
 
     def rewrite(self, op, x, g, **_):
