@@ -53,6 +53,19 @@ def rms_norm(x, g):
     return x * lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * g
 
 
+def linen_rms_norm(x, g):
+    """flax.linen's RMSNorm (nnx's is the same code): the mean square's rows a Reshape, the scale in rsqrt."""
+    return nn.RMSNorm().apply({"params": {"scale": g}}, x)
+
+
+def equinox_rms_norm(x, g, b):
+    """equinox's RMSNorm, vmapped over the leading axes: rsqrt before the rows' Reshape, a weight and a bias."""
+    norm = eqx.tree_at(lambda m: (m.weight, m.bias), eqx.nn.RMSNorm(D, use_weight=True, use_bias=True), (g, b))
+    for _ in range(x.ndim - 1):
+        norm = jax.vmap(norm)
+    return norm(x)
+
+
 def transformer_block(x, g1, b1, w1, w2, g2, b2):
     """Pre-norm MLP block with a residual, then a final norm, over (batch, sequence, features)."""
     h = linen_layer_norm(x, g1, b1)
@@ -77,6 +90,10 @@ FUSIONS = [
             ["LogSoftmax"]),
     DynCase("softmax_seq", lambda x: jax.nn.softmax(x, axis=-1), [Arg(f"b, s, {D}")], CONV_TOL, ["Softmax"]),
     DynCase("rms_norm_seq", rms_norm, [Arg(f"b, s, {D}"), Arg(f"{D}")], CONV_TOL, ["RMSNormalization"], opset=23),
+    DynCase("linen_rms_norm_seq", linen_rms_norm, [Arg(f"b, s, {D}"), Arg(f"{D}")], CONV_TOL, ["RMSNormalization"],
+            opset=23),
+    DynCase("equinox_rms_norm_seq", equinox_rms_norm, _norm_args(f"b, s, {D}"), CONV_TOL, ["RMSNormalization"],
+            opset=23),
     DynCase("transformer_block", transformer_block,
             _norm_args(f"b, s, {D}") + [Arg(f"{D}, 32"), Arg(f"32, {D}")] + _norm_args(f"{D}")[1:], (1e-4, 1e-4),
             LN + ["Gelu"]),

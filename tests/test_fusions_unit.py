@@ -72,6 +72,18 @@ def fast_variance_norm(x, g, clamp=0.0, eps=1e-6):
     return (x - mean[..., None]) * (lax.rsqrt(var[..., None] + eps) * g)
 
 
+def scaled_inverse_rms(x, g, n=None, eps=1e-6):
+    """flax's RMSNorm: the mean square without keepdims, the scale in the rsqrt."""
+    ms = (x * x).sum(-1) / (x.shape[-1] if n is None else n)
+    return x * (lax.rsqrt(ms[..., None] + eps) * g)
+
+
+def inverse_rows_rms(x, n=None, eps=1e-6):
+    """equinox's RMSNorm: rsqrt of the mean square without keepdims, given its rows after."""
+    ms = (x * x).sum(-1) / (x.shape[-1] if n is None else n)
+    return lax.rsqrt(ms + eps)[..., None] * x
+
+
 def batch_norm(x, mean, var, g, b, eps=1e-3):
     return (x - mean) / jnp.sqrt(var + eps) * g + b
 
@@ -215,6 +227,10 @@ ROWS = [
         lambda x: rms(x, n=3.0), (x3d,), "divides by 3.0, not the reduced size 8", opset=23),
     Row(normalization.RMSNormRsqrt, lambda x: rms(x, rsqrt=True), (x3d,), "RMSNormalization",
         lambda x: rms(x, n=3.0, rsqrt=True), (x3d,), "divides by 3.0, not the reduced size 8", opset=23),
+    Row(normalization.RMSNormScaledInverse, scaled_inverse_rms, (x3d, g8), "RMSNormalization",
+        lambda x, g: scaled_inverse_rms(x, g, n=3.0), (x3d, g8), "divides by 3.0, not the reduced size 8", opset=23),
+    Row(normalization.RMSNormInverseRows, inverse_rows_rms, (x3d,), "RMSNormalization",
+        lambda x: inverse_rows_rms(x, n=3.0), (x3d,), "divides by 3.0, not the reduced size 8", opset=23),
     Row(normalization.RMSNormScale, lambda x, g: rms(x, rsqrt=True) * g, (x3d, g8), "RMSNormalization",
         lambda x, g: rms(x, rsqrt=True) * g, (x3d, g58), "is not the normalized [8]", opset=23),
     Row(normalization.BatchNorm,

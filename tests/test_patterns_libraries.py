@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from flax import nnx
 
 from harness import Case, run_case
 from mnjit import mnjit
@@ -65,3 +67,39 @@ def test_equinox_block_fuses():
     assert all(ops[op] == n for op, n in FUSED.items()), dict(ops)
     # vmap leaves the Linear layers' weight transposes and the bias reshapes, nothing that computes.
     assert set(ops) - set(FUSED) <= {"Transpose", "Reshape"}, dict(ops)
+
+
+def _linen_rms(x, g):
+    return nn.RMSNorm().apply({"params": {"scale": g}}, x)
+
+
+def _nnx_rms(x, g):
+    model = nnx.RMSNorm(16, rngs=nnx.Rngs(0))
+    model.scale[...] = g
+    return model(x)
+
+
+def _equinox_rms(x, g, b):
+    norm = eqx.tree_at(lambda m: (m.weight, m.bias), eqx.nn.RMSNorm(16, use_weight=True, use_bias=True), (g, b))
+    return jax.vmap(jax.vmap(norm))(x)
+
+
+G16 = 1 + 0.1 * np.random.default_rng(1).standard_normal(16).astype(np.float32)
+RMS_CASES = [("linen", _linen_rms, (G16,), Counter({"RMSNormalization": 1})),
+             ("nnx", _nnx_rms, (G16,), Counter({"RMSNormalization": 1})),
+             # the bias stays an Add (RMSNormalization has none), its (16,) reshaped to (1, 1, 16)
+             ("equinox", _equinox_rms, (G16, G16 - 1), Counter({"RMSNormalization": 1, "Add": 1, "Reshape": 1}))]
+
+
+@pytest.mark.parametrize("name, fun, params, fused", RMS_CASES, ids=[c[0] for c in RMS_CASES])
+def test_library_rms_norms_fuse_at_opset_23(name, fun, params, fused):
+    x = np.random.default_rng(2).standard_normal((4, 8, 16)).astype(np.float32)
+    for opset in (23, 21):
+        compiled = mnjit(fun, opset=opset)
+        np.testing.assert_allclose(np.asarray(compiled(x, *params)), np.asarray(jax.jit(fun)(x, *params)),
+                                   rtol=TOL[0], atol=TOL[1])
+        ops = Counter(node.op_type for node in compiled.lower(x, *params).onnx_model.graph.node)
+        if opset == 23:
+            assert ops == fused, dict(ops)
+        else:  # before opset 23 ONNX has no RMSNormalization: the graph stays as written
+            assert "RMSNormalization" not in ops and ops["Sqrt"] == 1, dict(ops)

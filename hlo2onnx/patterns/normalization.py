@@ -243,6 +243,37 @@ class LayerNormFastVariance(LayerNorm):
         return op.Mul(super().rewrite(op, x), g)
 
 
+class RMSNormScaledInverse(RMSNorm):
+    """flax's RMSNorm (linen and nnx): mean(x*x) reduced without keepdims and reshaped to the rows, and the scale
+    multiplied into rsqrt(ms + eps) before it meets x. Becomes RMSNormalization(x) * g, which RMSNormScale folds."""
+
+    def pattern(self, op, x, axes, n, epsilon, g, ms_shape):
+        mean_square = op.Div(op.ReduceSum(op.Mul(x, x), axes, keepdims=0), n)
+        inv = op.Reciprocal(op.Sqrt(op.Add(_rows(op, mean_square, ms_shape, "ms"), epsilon)))
+        return op.Mul(x, op.Mul(inv, g))
+
+    def check(self, context, x, axes, n, epsilon, ms_shape, **bound) -> MatchResult:
+        result = _check_mean_and_eps(self, x, [axes], [n], epsilon)
+        why = result and _not_rows(x, self._axis, bound["ms_rows"], bound["ms_form"], ms_shape)
+        return result.fail(f"the mean square is not reshaped to the rows: {why}", ms_shape) if why else result
+
+    def rewrite(self, op, x, g, **_):
+        return op.Mul(super().rewrite(op, x), g)
+
+
+class RMSNormInverseRows(RMSNorm):
+    """equinox's RMSNorm: rsqrt(mean(x*x) + eps) over reductions without keepdims, reshaped to the rows after."""
+
+    def pattern(self, op, x, axes, n, epsilon, inv_shape):
+        inv = op.Reciprocal(op.Sqrt(op.Add(op.Div(op.ReduceSum(op.Mul(x, x), axes, keepdims=0), n), epsilon)))
+        return op.Mul(_rows(op, inv, inv_shape, "inv"), x)
+
+    def check(self, context, x, axes, n, epsilon, inv_shape, **bound) -> MatchResult:
+        result = _check_mean_and_eps(self, x, [axes], [n], epsilon)
+        why = result and _not_rows(x, self._axis, bound["inv_rows"], bound["inv_form"], inv_shape)
+        return result.fail(f"the inverse is not reshaped to the rows: {why}", inv_shape) if why else result
+
+
 def _normalized_shape_of(node: ir.Node) -> list[int] | None:
     x_shape = known_dims(node.inputs[0])
     axis = node.attributes["axis"].as_int()
@@ -354,6 +385,7 @@ class BatchNorm(Fusion):
 def rules(opset: int, target) -> list:
     return [rule
             for cls in (Softmax, LogSoftmax, LayerNorm, LayerNormRsqrt, LayerNormClampedVar, LayerNormFastVariance,
-                        NormScale, NormBias, RMSNorm, RMSNormRsqrt, RMSNormScale, BatchNorm)
+                        NormScale, NormBias, RMSNorm, RMSNormRsqrt, RMSNormScaledInverse, RMSNormInverseRows,
+                        RMSNormScale, BatchNorm)
             if opset >= cls.min_opset
             for rule in cls.rule(opset, target).commute()]
