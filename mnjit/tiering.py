@@ -434,7 +434,7 @@ class Tiering:
             margin = f"min_speedup={self.policy.min_speedup:g}"
             if base / max(mine, 1e-9) > self.policy.min_speedup:
                 verdict = "faster" if mine < base else f"slower, kept by {margin}"
-                if len(candidates) > 1 and candidates[best].variant:
+                if candidates[best].variant:
                     verdict += f" on {candidates[best].variant}"
                 sig.candidates = (candidates[best],)  # the other variants are released
                 sig.compiled = candidates[best]

@@ -332,6 +332,34 @@ def test_iree_variants_share_the_other_partitions_runners():
 
 
 @needs_iree
+def test_threads_on_the_sync_driver():
+    """IREE's local-sync driver runs on each calling thread: concurrent calls keep their own answers."""
+    from mnjit import device
+
+    def sync_only(traced):
+        variants = tiering.iree_tier(traced, opset=21, name="mlp", make_runner=device.make_runner)
+        return [v for v in variants if "local-sync" in v.variant]
+
+    f = _auto(_mlp, sync_only, min_speedup=0)
+    w = rand((8, 8), seed=9)
+    inputs = [rand((64, 8), seed=s) for s in range(6)]
+    assert "local-sync" in tiering.settle(f, inputs[0], w).reason
+    results: dict[int, list] = {}
+
+    def work(i: int) -> None:
+        results[i] = [f(inputs[i], w) for _ in range(20)]
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    for i, x in enumerate(inputs):
+        for result in results[i]:
+            assert_same(result, jax.jit(_mlp)(x, w), TOL)
+
+
+@needs_iree
 def test_iree_refusing_everything_stays_on_ort_cpu():
     def doubling(x):  # a while loop without a trip count: IREE refuses it, and it is the whole program
         return jax.lax.while_loop(lambda y: jnp.abs(y).sum() < 1e3, lambda y: y * 2, x)
