@@ -362,6 +362,7 @@ class MnjitFunction:
             args = list(dynamic_args)
             for i in positions:
                 args.insert(i, lowered_args[i])
+            args = tuple(args)  # the key's tree holds the arguments' tuple: a list is another structure
             kwargs = {**dynamic_kwargs, **static_kwargs}
             try:
                 other = self._key(args, kwargs)[0]
@@ -370,7 +371,7 @@ class MnjitFunction:
             if other != key:
                 raise TypeError(f"{self.__name__} was compiled for {jit_options.describe(key)} and called with "
                                 f"{jit_options.describe(other)}")
-            return self._call(tuple(args), kwargs)
+            return self._call(args, kwargs)
         return Compiled(lowered, call)
 
     def trace(self, *args, **kwargs) -> jax.stages.Traced:
