@@ -328,6 +328,8 @@ class MnjitFunction:
         if not self._static_argnums and not self._static_argnames:
             return (), args, kwargs
         nums = self._static_argnums
+        if nums and nums[0] < 0:  # only a function with *args keeps negative positions (jit_options)
+            nums = jit_options.resolve_argnums(nums, len(args))
         static = tuple(args[i] for i in nums if i < len(args))
         dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
         names = self._static_argnames
@@ -354,7 +356,7 @@ class MnjitFunction:
 
     def _compiled(self, lowered, key: Hashable, lowered_args: tuple, kwargs: dict) -> Compiled:
         self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok, lowered=lowered)  # cached now
-        positions = [i for i in self._static_argnums if i < len(lowered_args)]
+        positions = jit_options.resolve_argnums(self._static_argnums, len(lowered_args))
         static_kwargs = {k: kwargs[k] for k in self._static_argnames if k in kwargs}
 
         def call(dynamic_args: tuple, dynamic_kwargs: dict):
