@@ -115,6 +115,22 @@ def test_int_wrap(case: Case) -> None:
     run_case(case)
 
 
+# Float to integer converts saturating (NaN to 0), as XLA's: the bounds are clamped in the float type, where
+# int32's max is 2**31 in float32 and int16's is 32768 in float16 (past the bound), and int32's is inf.
+SATURATE = np.array([np.nan, np.inf, -np.inf, 1e20, -1e20, 3.9, -3.9, 2.0**31, -2.0**31, 2.0**32, 2.0**63,
+                     -2.0**63, 2.0**64, 32768, -32769, 65535, 65536, 255.5, -0.5], np.float64)
+CONVERT_SOURCES = ("float16", "bfloat16", "float32")
+
+
+@pytest.mark.parametrize("target", NARROW + WIDE)
+@pytest.mark.parametrize("source", CONVERT_SOURCES + ("float64",))
+def test_float_to_int_saturates(source, target):
+    x64 = source == "float64" or target in WIDE
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = SATURATE.astype(jnp.dtype(source))
+    run_case(Case(f"{source}_to_{target}", lambda a: a.astype(target), (x,), x64=x64))
+
+
 def _ort(op: str, inputs: list[np.ndarray], **attrs) -> np.ndarray:
     """One ORT CPU node on `inputs`; the output has the first input's dtype."""
     elem = int(onnx_dtype(inputs[0].dtype))

@@ -275,14 +275,27 @@ def _saturate_for_int(ctx: RuleContext, x, source, target):
     """XLA converts float->int saturating, with NaN -> 0; a bare Cast is undefined there."""
     b = ctx.b
     info = np.iinfo(target)
-    # The largest float of `source` that still fits `target`.
-    high = np.nextafter(np.asarray(info.max, dtype=source), np.asarray(0, dtype=source)) \
-        if np.asarray(info.max, dtype=source) > info.max else np.asarray(info.max, dtype=source)
-    low = np.asarray(info.min, dtype=source)
+    # The floats of `source` nearest the bounds that still fit `target`.
+    high, low = _inside(info.max, source), _inside(info.min, source)
     t = partial(b.typed, dtype=source)
     clipped = t("Min", t("Max", x, b.const(low, source)), b.const(high, source))
     nan = t("IsNaN", x, result_dtype=bool)
     saturated = b.op("Cast", clipped, to=ir.DataType.from_numpy(np.dtype(target)))
     is_high = t("Greater", x, b.const(high, source), result_dtype=bool)
     saturated = b.typed("Where", is_high, b.const(info.max, target), saturated, dtype=target, cast=(1, 2))
+    if int(low) != info.min:  # float16 -> int32/int64: -2**31 is -inf there, and the clip stops at -65504
+        is_low = t("Less", x, b.const(low, source), result_dtype=bool)
+        saturated = b.typed("Where", is_low, b.const(info.min, target), saturated, dtype=target, cast=(1, 2))
     return b.typed("Where", nan, b.const(0, target), saturated, dtype=target, cast=(1, 2))
+
+
+def _inside(bound: int, source) -> np.ndarray:
+    """An integer type's bound as the `source` float nearest it on zero's side. Rounding to the nearest float
+    may carry it past the bound (2**31 - 1 is 2**31 in float32, 2**63 - 1 is 2**63 in float64) or to infinity
+    (float16), where a Cast is undefined. The check is in Python ints: numpy compares a float32 with an int as
+    float32, which hides the carry."""
+    with np.errstate(over="ignore"):
+        value = np.asarray(float(bound), dtype=source)  # (ml_dtypes reads no int past int64)
+    if not np.isfinite(value) or abs(int(value)) > abs(bound):
+        value = np.nextafter(value, np.asarray(0, dtype=source))
+    return value
