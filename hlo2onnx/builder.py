@@ -15,6 +15,11 @@ from hlo2onnx.types import TensorType, onnx_dtype, set_type
 
 # Constants up to this many elements are shared between uses.
 _DEDUP_LIMIT = 16
+# Ops whose answer depends on their inputs' order. uint64 has no wider type, so where ORT lacks the uint64
+# kernel they run in int64, whose order differs past 2**63 (max([1, 2**64 - 1]) would be 1): `typed` flips
+# the top bit around them, which maps uint64 order onto int64 order.
+_ORDER_OPS = frozenset({"ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK", "MaxPool"})
+_TOP_BIT = np.uint64(1 << 63)
 
 
 def _has_zero_size(shape: ir.Value | None) -> bool:
@@ -81,6 +86,12 @@ class Builder:
         if compute == np.dtype(dtype):
             return self.op(op_type, *inputs, **attrs)
         positions = range(len(inputs)) if cast is None else cast
+        if op_type in _ORDER_OPS and dtype == np.uint64:
+            flipped = [self.cast(self.op("BitwiseXor", x, self.const(_TOP_BIT)), compute) if i in positions else x
+                       for i, x in enumerate(inputs)]
+            result = self.op(op_type, *flipped, **attrs)
+            return result if result_dtype is not None else self.op("BitwiseXor", self.cast(result, dtype),
+                                                                    self.const(_TOP_BIT))
         widened = [self.cast(x, compute) if i in positions else x for i, x in enumerate(inputs)]
         result = self.op(op_type, *widened, **attrs)
         return result if result_dtype is not None else self.cast(result, dtype)

@@ -78,6 +78,9 @@ BINARY = {
 }
 
 
+U64_HIGH = np.array([[2**63, 1, 2**64 - 1, 5], [0, 2**63 - 1, 2**63 + 1, 9]], np.uint64)
+
+
 def _cases(dtypes, x64):
     cases = []
     for dtype in dtypes:
@@ -107,6 +110,15 @@ CASES = [
     Case("sum_i64_past_2p53", jnp.sum, (np.array([2**53 + 1, 2, 2**60 + 3], np.int64),), x64=True),
     Case("dot_i64_past_2p53", jnp.dot, (np.array([2**53 + 1, 3], np.int64), np.array([3, 2**52 + 1], np.int64)),
          x64=True),
+    # uint64 runs its order-dependent reductions in int64, whose order differs from 2**63 on.
+    *[Case(f"u64_order_{name}", fun, (U64_HIGH,), x64=True) for name, fun in {
+        "max_min": lambda a: (a.max(), a.min(), a.max(axis=1), a.min(axis=0)),
+        "argmax_argmin": lambda a: (a.argmax(axis=1), a.argmin(axis=0)),
+        "window_max": lambda a: lax.reduce_window(a, np.uint64(0), lax.max, (1, 2), (1, 1), "VALID"),
+        "window_min": lambda a: lax.reduce_window(a, np.uint64(2**64 - 1), lax.min, (2, 1), (1, 1), "VALID"),
+        "sort_top_k": lambda a: (jnp.sort(a, axis=1), lax.top_k(a, 2)),
+        "segment_max": lambda a: jax.ops.segment_max(a.ravel(), jnp.array([0, 1, 0, 1, 2, 2, 0, 1]), 3),
+    }.items()],
 ]
 
 
