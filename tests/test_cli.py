@@ -346,16 +346,22 @@ def test_huge_dims_convert_lazily(case, tmp_path, capsys):
     (["{src}", "-o", "{dir}/link.mlir"], "is the input file", 1),
     (["{src}", "-o", "{dir}/m.onnx", "--external-data", "model.mlir"], "is the input file", 1),
     (["{src}", "-o", "{dir}/m.onnx", "--external-data", "m.onnx"], "not be the model's own file name", 1),
+    # Names of the folder itself or of a folder in it: the weights' rename would fail on them.
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", ""], "must be a file name beside the model, got ''", 1),
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", ".."], "must be a file name beside the model", 1),
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", "weights"], "'weights' is a folder beside the model", 1),
     (["{src}", "--triton-repo", "{dir}", "--max-batch-size", "0", "--name", "model.mlir"],
      "exists and is not a folder", 1),
 ], ids=["directory", "missing", "opset-range", "opset-type", "target", "unknown-flag", "stdin-no-output",
         "missing-npz", "unwritable-output", "no-input", "inputs-not-npz", "output-is-input", "output-links-to-input",
-        "external-data-is-input", "external-data-is-model", "triton-model-is-input"])
+        "external-data-is-input", "external-data-is-model", "external-data-empty", "external-data-parent",
+        "external-data-folder", "triton-model-is-input"])
 def test_bad_invocation(argv, expected, code, tmp_path, capsys):
     source = tmp_path / "model.mlir"
     text = lowered().as_text()
     source.write_text(text)
     (tmp_path / "link.mlir").symlink_to(source)
+    (tmp_path / "weights").mkdir()
     argv = [a.format(dir=tmp_path, src=source) for a in argv]
     status, out, err = run_cli(argv, capsys)
     assert_one_line_error(status, err, expected, code)
