@@ -126,6 +126,36 @@ def test_check_with_npz_inputs(tmp_path, capsys):
     assert_one_line_error(status, err, "the inputs must be named x, params['b1']")
 
 
+# jax.export artifacts whose arguments or results are typed PRNG keys (jax.random.key): the module holds their
+# key data (uint32[..., 2] for threefry, [..., 4] for rbg), and jax writes a Shardy mesh op before the functions.
+KEY_EXPORTS = {
+    "normal": (lambda k: jax.random.normal(k, (3,)), lambda: (jax.random.key(0),)),
+    "split_rbg": (lambda k, x: (jax.random.split(k), jax.random.uniform(k, (2,)) * x),
+                  lambda: (jax.random.key(1, impl="rbg"), np.float32(2))),
+    "batch_of_keys": (jax.vmap(lambda k: jax.random.bits(k, (2,))), lambda: (jax.random.split(jax.random.key(2), 4),)),
+}
+
+
+@pytest.mark.parametrize("case", list(KEY_EXPORTS))
+def test_typed_key_artifacts_convert_and_check(case, tmp_path, capsys):
+    fun, make_args = KEY_EXPORTS[case]
+    args = make_args()
+    source = tmp_path / "model.jaxexport"
+    source.write_bytes(export.export(jax.jit(fun))(*args).serialize())
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
+    assert status == 0, err
+    assert out.rstrip().endswith(": ok"), out
+    data = [np.asarray(jax.random.key_data(a) if jnp.issubdtype(jnp.result_type(a), jax.dtypes.prng_key) else a)
+            for a in args]
+    expected = [jax.random.key_data(e) if jnp.issubdtype(e.dtype, jax.dtypes.prng_key) else e
+                for e in jax.tree_util.tree_leaves(jax.jit(fun)(*args))]
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {i.name: a for i, a in zip(session.get_inputs(), data)})
+    for a, e in zip(actual, expected):  # normal() goes through log: a few ulp (README)
+        tol = 2e-6 if a.dtype.kind == "f" else 0
+        np.testing.assert_allclose(a, np.asarray(e), rtol=tol, atol=tol)
+
+
 def test_check_detects_a_wrong_model(tmp_path):
     """The check can fail: a model whose tanh became a sigmoid is reported."""
     conversion = hlo2onnx.convert(lowered().as_text().encode())
