@@ -156,6 +156,19 @@ def test_typed_key_artifacts_convert_and_check(case, tmp_path, capsys):
         np.testing.assert_allclose(a, np.asarray(e), rtol=tol, atol=tol)
 
 
+def test_a_symbolic_batch_of_typed_keys_converts(tmp_path):
+    """jax.random.split's sharding constraint (an Identity) holds the symbolic batch dim too."""
+    fun = jax.vmap(lambda k: jax.random.uniform(k, (2,)))
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("b"), jax.random.key(0).dtype)
+    hlo2onnx.convert(export.export(jax.jit(fun))(spec), tmp_path / "m.onnx", dynamic=True)
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape == ["b", 2]
+    for n in (1, 5):
+        keys = jax.random.split(jax.random.key(3), n)
+        actual = session.run(None, {session.get_inputs()[0].name: np.asarray(jax.random.key_data(keys))})[0]
+        np.testing.assert_array_equal(actual, np.asarray(jax.jit(fun)(keys)))
+
+
 def test_check_detects_a_wrong_model(tmp_path):
     """The check can fail: a model whose tanh became a sigmoid is reported."""
     conversion = hlo2onnx.convert(lowered().as_text().encode())
