@@ -118,7 +118,7 @@ def _as_pairs(array: np.ndarray) -> np.ndarray:
 def _ort_value(array: np.ndarray, ort):
     """An ORT input; numpy-only ORT cannot take ml_dtypes arrays (bfloat16 is "Numpy_type 256"), so those
     go in as their bits with the ONNX type named."""
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # not ascontiguousarray: it makes a 0-d input 1-d
     if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
         onnx_type = int(ir.DataType.from_numpy(array.dtype))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(f"u{array.dtype.itemsize}"), onnx_type)

@@ -114,6 +114,19 @@ def test_check_prints_max_error(tmp_path, capsys):
     assert (tmp_path / "model.onnx").exists()  # default output: the input's name with .onnx
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_])
+def test_check_feeds_scalar_inputs_as_scalars(dtype, tmp_path, capsys):
+    """A 0-d input (random or given) reaches ORT 0-d: ORT took a 1-d one and gave a 1-d result, a mismatch."""
+    source = tmp_path / "model.jaxexport"
+    x = np.ones((), dtype)
+    source.write_bytes(export.export(jax.jit(lambda x, v: (x, v * 2)))(x, np.ones(3, np.float32)).serialize())
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
+    assert status == 0 and out.rstrip().endswith(": ok"), out + err
+    np.savez(tmp_path / "in.npz", x, np.ones(3, np.float32))
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "in.npz"], capsys)
+    assert status == 0 and out.rstrip().endswith(": ok"), out + err
+
+
 def test_check_with_npz_inputs(tmp_path, capsys):
     source = tmp_path / "model.jaxexport"
     source.write_bytes(FORMATS["jax-export"]())
