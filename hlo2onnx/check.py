@@ -137,11 +137,18 @@ def _given_inputs(specs, inputs) -> list[np.ndarray]:
     if isinstance(inputs, Mapping):
         names = [name for name, _, _ in specs]
         if all(name in inputs for name in names):
-            arrays = [inputs[name] for name in names]
+            keys = names
         elif all(f"arr_{i}" in inputs for i in range(len(names))):  # np.savez(path, *arrays)
-            arrays = [inputs[f"arr_{i}"] for i in range(len(names))]
+            keys = [f"arr_{i}" for i in range(len(names))]
         else:
             raise CheckError(f"the inputs must be named {', '.join(names)} (or arr_0 ... arr_{len(names) - 1})")
+        # An array the model does not take means another model's inputs (or one argument too many): the
+        # check would run on a prefix of them and could pass.
+        extra = sorted(set(inputs) - set(keys))
+        if extra:
+            raise CheckError(f"the model takes {len(names)} inputs ({', '.join(names)}); also given: "
+                             f"{', '.join(extra)}")
+        arrays = [inputs[key] for key in keys]
     else:
         arrays = list(inputs)
     if len(arrays) != len(specs):

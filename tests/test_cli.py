@@ -137,6 +137,15 @@ def test_check_with_npz_inputs(tmp_path, capsys):
     np.savez(tmp_path / "bad.npz", np.zeros((2, 2), np.float64))
     status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "bad.npz"], capsys)
     assert_one_line_error(status, err, "the inputs must be named x, params['b1']")
+    # One array too many, or a name the model does not take: refused, not checked on a prefix.
+    np.savez(tmp_path / "more.npz", *flat_inputs(X), np.zeros(3))
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "more.npz"], capsys)
+    assert_one_line_error(status, err, "the model takes 5 inputs (x, params['b1'], params['b2'], params['w1'], "
+                                       "params['w2']); also given: arr_5")
+    named = dict(zip(["x", "params['b1']", "params['b2']", "params['w1']", "params['w2']"], flat_inputs(X)))
+    np.savez(tmp_path / "named.npz", **named, y=np.zeros(3))
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "named.npz"], capsys)
+    assert_one_line_error(status, err, "also given: y")
 
 
 # jax.export artifacts whose arguments or results are typed PRNG keys (jax.random.key): the module holds their
