@@ -233,6 +233,16 @@ def test_api_convert(tmp_path):
     assert_matches_jit(tmp_path / "m.onnx", X)
 
 
+@pytest.mark.parametrize("source", ["text", "lowered"])
+def test_api_convert_takes_text_and_lowered(source, tmp_path):
+    """`convert(lowered.as_text())` is the module's text, not a file name (it failed with 'cannot read
+    <the whole module>: File name too long'), and a jax.stages.Lowered converts as its StableHLO."""
+    given = lowered().as_text() if source == "text" else lowered()
+    conversion = hlo2onnx.convert(given, tmp_path / "m.onnx")
+    assert conversion.check().ok
+    assert_matches_jit(tmp_path / "m.onnx", X)
+
+
 def test_unused_arguments_stay_inputs(tmp_path):
     """jax.export drops unused arguments from the module; the ONNX model still takes every leaf."""
     exported = export.export(jax.jit(lambda x, unused, y: x * y))(X, X, X)
