@@ -11,7 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.targets import Target
-from hlo2onnx.types import TensorType, onnx_dtype, set_type
+from hlo2onnx.types import FLOAT8, TensorType, onnx_dtype, set_type
 
 # Constants up to this many elements are shared between uses.
 _DEDUP_LIMIT = 16
@@ -99,6 +99,8 @@ class Builder:
     def cast(self, x: ir.Value, dtype: np.dtype) -> ir.Value:
         if x.dtype is not None and x.dtype == onnx_dtype(dtype):
             return x
+        if np.dtype(dtype) in FLOAT8:  # overflow is inf or NaN
+            return self.op("Cast", x, to=onnx_dtype(dtype), saturate=0)  # in XLA, not ONNX's default largest
         return self.op("Cast", x, to=onnx_dtype(dtype))
 
     # -- constants -----------------------------------------------------------

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
@@ -267,8 +268,24 @@ def convert(ctx: RuleContext, x):
     if source == target:
         return ctx.b.op("Identity", x)
     if is_float(source) and not is_float(target) and not is_bool(target):
+        if np.dtype(source).itemsize == 1:  # float8: ORT has no float8 compares; float32 holds each value
+            x, source = ctx.b.cast(x, np.float32), np.dtype(np.float32)
         return _saturate_for_int(ctx, x, source, target)
+    if is_float(target) and np.dtype(target).itemsize == 1:
+        return _to_float8(ctx, x, source, target)
     return ctx.b.op("Cast", x, to=ir.DataType.from_numpy(np.dtype(target)))
+
+
+def _to_float8(ctx: RuleContext, x, source, target):
+    """ONNX's Cast saturates to float8's largest finite value by default; XLA's gives inf (e5m2), NaN (e4m3fn).
+    With saturate=0 ORT gives NaN, not inf, to the e5m2 values that round up past its largest (61440 up to
+    65536): those become ±inf first."""
+    to = ir.DataType.from_numpy(np.dtype(target))
+    if is_float(source) and np.dtype(target) == np.dtype(ml_dtypes.float8_e5m2) and float(ml_dtypes.finfo(source).max) > 61440:
+        t = partial(ctx.b.typed, dtype=source)
+        past = t("GreaterOrEqual", t("Abs", x), ctx.b.const(61440, source), result_dtype=bool)
+        x = t("Where", past, t("Mul", x, ctx.b.const(np.inf, source)), x, cast=(1, 2))
+    return ctx.b.op("Cast", x, to=to, saturate=0)
 
 
 def _saturate_for_int(ctx: RuleContext, x, source, target):
