@@ -267,6 +267,8 @@ def convert(ctx: RuleContext, x):
     source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
     if source == target:
         return ctx.b.op("Identity", x)
+    if np.dtype(target) == np.float32 and (wide := ctx.b.unrounded(x)) is not None:
+        return ctx.b.op("Identity", wide)  # bf16 arithmetic converted back: XLA keeps the float32 value
     if is_float(source) and not is_float(target) and not is_bool(target):
         if np.dtype(source).itemsize == 1:  # float8: ORT has no float8 compares; float32 holds each value
             x, source = ctx.b.cast(x, np.float32), np.dtype(np.float32)
