@@ -7,14 +7,25 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.targets import Target
-from hlo2onnx.types import TensorType, onnx_dtype, set_type
+from hlo2onnx.types import FLOAT8, TensorType, onnx_dtype, set_type
 
 # Constants up to this many elements are shared between uses.
 _DEDUP_LIMIT = 16
+# Ops whose answer depends on their inputs' order. uint64 has no wider type, so where ORT lacks the uint64
+# kernel they run in int64, whose order differs past 2**63 (max([1, 2**64 - 1]) would be 1): `typed` flips
+# the top bit around them, which maps uint64 order onto int64 order.
+_ORDER_OPS = frozenset({"ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK", "MaxPool"})
+_TOP_BIT = np.uint64(1 << 63)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+# The elementwise ops whose bf16 results XLA's CPU loop fusions keep in float32 when only converted back
+# (`unrounded`); dots, reductions and the like write bf16 (measured: a bf16 matmul's .astype(f32) is rounded).
+_FUSED_ELEMENTWISE = frozenset("""Add Sub Mul Div Pow Neg Abs Exp Log Sqrt Reciprocal Tanh Sin Cos Tan Erf Atan
+    Asin Acos Sinh Cosh Asinh Acosh Atanh Floor Ceil Round Sigmoid Max Min Sign Where Mod Relu Clip""".split())
 
 
 def _has_zero_size(shape: ir.Value | None) -> bool:
@@ -50,6 +61,8 @@ class Builder:
         self._root = root or self
         self._consts: dict[tuple, ir.Value] = {}
         self._counter = 0
+        # bf16 results computed in float32, by id, with that float32 value (see `unrounded`).
+        self._unrounded: dict[int, tuple[ir.Value, ir.Value]] = {}
 
     @property
     def opset(self) -> int:
@@ -81,13 +94,41 @@ class Builder:
         if compute == np.dtype(dtype):
             return self.op(op_type, *inputs, **attrs)
         positions = range(len(inputs)) if cast is None else cast
+        if op_type in _ORDER_OPS and dtype == np.uint64:
+            flipped = [self.cast(self.op("BitwiseXor", x, self.const(_TOP_BIT)), compute) if i in positions else x
+                       for i, x in enumerate(inputs)]
+            result = self.op(op_type, *flipped, **attrs)
+            return result if result_dtype is not None else self.op("BitwiseXor", self.cast(result, dtype),
+                                                                    self.const(_TOP_BIT))
         widened = [self.cast(x, compute) if i in positions else x for i, x in enumerate(inputs)]
         result = self.op(op_type, *widened, **attrs)
-        return result if result_dtype is not None else self.cast(result, dtype)
+        if result_dtype is not None:
+            return result
+        if op_type in _FUSED_ELEMENTWISE and compute == np.float32:
+            return self.narrow(result, dtype)
+        return self.cast(result, dtype)
+
+    def narrow(self, wide: ir.Value, dtype: np.dtype) -> ir.Value:
+        """An elementwise result computed in float32 (`wide`), rounded to `dtype`; for bf16 the float32 value
+        stays known to `unrounded`."""
+        rounded = self.cast(wide, dtype)
+        if np.dtype(dtype) == _BF16:
+            self._root._unrounded[id(rounded)] = (rounded, wide)
+        return rounded
+
+    def unrounded(self, x: ir.Value) -> ir.Value | None:
+        """The float32 value a bf16 result was rounded from, where `typed` computed it in float32; else None.
+        XLA's CPU compiler computes bf16 arithmetic in float32 too and, allowing excess precision, drops the
+        rounding when the result is only converted back to float32: (a * b).astype(f32) on bf16 a, b is the
+        float32 product there (it rounds an explicit f32 -> bf16 -> f32 and results kept as bf16)."""
+        entry = self._root._unrounded.get(id(x))
+        return entry[1] if entry is not None and entry[0] is x else None
 
     def cast(self, x: ir.Value, dtype: np.dtype) -> ir.Value:
         if x.dtype is not None and x.dtype == onnx_dtype(dtype):
             return x
+        if np.dtype(dtype) in FLOAT8:  # overflow is inf or NaN
+            return self.op("Cast", x, to=onnx_dtype(dtype), saturate=0)  # in XLA, not ONNX's default largest
         return self.op("Cast", x, to=onnx_dtype(dtype))
 
     # -- constants -----------------------------------------------------------

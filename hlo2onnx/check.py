@@ -97,7 +97,8 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
 def _complex_inputs(loaded: Loaded) -> set[int]:
     """Positions of the source's complex inputs (the ONNX model takes them as float pairs)."""
     if loaded.exported is not None:
-        dtypes = [np.dtype(a.dtype) for a in loaded.exported.in_avals]
+        # (a typed PRNG key's dtype is no numpy dtype: read as its key data, uint32)
+        dtypes = [np.dtype(np.uint32 if _is_key(a.dtype) else a.dtype) for a in loaded.exported.in_avals]
     else:
         with loaded.module.context:
             arguments = function(loaded.module, "main").regions[0].blocks[0].arguments
@@ -117,7 +118,7 @@ def _as_pairs(array: np.ndarray) -> np.ndarray:
 def _ort_value(array: np.ndarray, ort):
     """An ORT input; numpy-only ORT cannot take ml_dtypes arrays (bfloat16 is "Numpy_type 256"), so those
     go in as their bits with the ONNX type named."""
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # not ascontiguousarray: it makes a 0-d input 1-d
     if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
         onnx_type = int(ir.DataType.from_numpy(array.dtype))
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(f"u{array.dtype.itemsize}"), onnx_type)
@@ -136,11 +137,18 @@ def _given_inputs(specs, inputs) -> list[np.ndarray]:
     if isinstance(inputs, Mapping):
         names = [name for name, _, _ in specs]
         if all(name in inputs for name in names):
-            arrays = [inputs[name] for name in names]
+            keys = names
         elif all(f"arr_{i}" in inputs for i in range(len(names))):  # np.savez(path, *arrays)
-            arrays = [inputs[f"arr_{i}"] for i in range(len(names))]
+            keys = [f"arr_{i}" for i in range(len(names))]
         else:
             raise CheckError(f"the inputs must be named {', '.join(names)} (or arr_0 ... arr_{len(names) - 1})")
+        # An array the model does not take means another model's inputs (or one argument too many): the
+        # check would run on a prefix of them and could pass.
+        extra = sorted(set(inputs) - set(keys))
+        if extra:
+            raise CheckError(f"the model takes {len(names)} inputs ({', '.join(names)}); also given: "
+                             f"{', '.join(extra)}")
+        arrays = [inputs[key] for key in keys]
     else:
         arrays = list(inputs)
     if len(arrays) != len(specs):
@@ -173,9 +181,14 @@ def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.nda
     exported = loaded.exported
     if exported is not None:
         def run_exported(arrays):
+            # Typed PRNG keys cross as their key data, as the model holds them (jax has no public reader
+            # of a key dtype's implementation but this attribute; mnjit/api.py reads it too).
+            arrays = [jax.random.wrap_key_data(a, impl=aval.dtype._impl) if _is_key(aval.dtype) else a
+                      for a, aval in zip(arrays, exported.in_avals)]
             args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, arrays)
             with jax.enable_x64(True):
-                return [np.asarray(x) for x in jax.tree_util.tree_leaves(exported.call(*args, **kwargs))]
+                results = jax.tree_util.tree_leaves(exported.call(*args, **kwargs))
+                return [np.asarray(jax.random.key_data(x) if _is_key(x.dtype) else x) for x in results]
         return _reference_errors(run_exported)
     # A plain module: compiled by jax's own backend, as jax.jit would.
     import jax.extend.backend as jax_backend
@@ -199,6 +212,10 @@ def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.nda
             results = executable.execute_sharded([jax.device_put(a, device) for a in arrays])
             return [np.asarray(shards[0]) for shards in results.disassemble_into_single_device_arrays()]
     return _reference_errors(run_module)
+
+
+def _is_key(dtype) -> bool:
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
 
 
 def _reference_errors(run: Callable[[list[np.ndarray]], list[np.ndarray]]):

@@ -50,7 +50,7 @@ def _supervise(argv: list[str]) -> int:
                  "from hlo2onnx.command import child_main; sys.exit(child_main())")
     try:
         child = subprocess.Popen([sys.executable, "-c", bootstrap, *argv], stderr=subprocess.PIPE,
-                                 pass_fds=(status_write, user_stderr), env=env, preexec_fn=_ignore_sigint)
+                                 pass_fds=(status_write, user_stderr), env=env, preexec_fn=_child_setup())
     finally:
         os.close(status_write)
         os.close(user_stderr)
@@ -102,8 +102,31 @@ def _terminated(signum, frame) -> None:
     raise KeyboardInterrupt  # ends the child and removes its files, as Ctrl-C does
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _child_setup():
+    """What the child runs before exec: Ctrl-C goes to this process only (which ends the child), and on Linux
+    the child is killed when this process dies. A supervisor killed outright (SIGKILL, a CI job's timeout, a
+    closed terminal's SIGHUP) left its child converting, on an input that hangs jaxlib's bytecode reader
+    forever (docs/formats.md)."""
+    parent = os.getpid()
+    prctl = None
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes  # light: a stdlib C module, loaded here only
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            prctl = None
+
+    def setup() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the parent died before the request: nobody would signal
+                os._exit(EXIT_ERROR)
+    return setup
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _read_status(fd: int) -> dict[str, str]:

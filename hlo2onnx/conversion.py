@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+import jax
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -82,13 +83,17 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
             progress: Progress | None = None) -> Conversion:
     """Converts a saved model to ONNX; writes it to `output` (atomically) when given.
 
-    `source` is a path (`-` for stdin), the file's bytes, an in-memory module
-    or a `jax.export.Exported`. `dynamic` keeps symbolic dims (jax.export shape
-    polymorphism) as ONNX dim_params; without it such inputs are rejected.
-    `progress(done, total)` is called while ops are translated.
+    `source` is a path (`-` for stdin), the file's bytes, a module's text (a str of several lines, as
+    `Lowered.as_text()` gives it), an in-memory module, a `jax.stages.Lowered` or a `jax.export.Exported`.
+    `dynamic` keeps symbolic dims (jax.export shape polymorphism) as ONNX dim_params; without it such inputs
+    are rejected. `progress(done, total)` is called while ops are translated.
     """
     pipeline.check_opset(opset)
     timings: dict[str, float] = {}
+    if isinstance(source, jax.stages.Lowered):
+        source = source.compiler_ir("stablehlo")
+    elif isinstance(source, str) and "\n" in source:  # text, not a path (opening it failed as a file name)
+        source = source.encode()
     with timed(timings, "read"):
         data = source if isinstance(source, (bytes, bytearray, mlir.Module, export.Exported)) \
             else read_source(source)

@@ -47,8 +47,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
         if external_data is None:
             ir.save(model, model_tmp)
         else:
-            if os.path.isabs(external_data) or os.path.dirname(external_data):
+            # "", "." and ".." have no folder part but name the folder itself: the rename would fail on it.
+            if os.path.isabs(external_data) or os.path.dirname(external_data) or external_data in ("", ".", ".."):
                 raise ValueError(f"external_data must be a file name beside the model, got {external_data!r}")
+            if os.path.isdir(os.path.join(folder, external_data)):
+                raise ValueError(f"external_data {external_data!r} is a folder beside the model, not a file name")
             if external_data == os.path.basename(path):
                 raise ValueError(f"external_data must not be the model's own file name, got {external_data!r}")
             # onnx_ir writes the weights next to the model under the name recorded in it; write them under

@@ -93,7 +93,7 @@ def _read_bytecode(data: bytes, context: mlir.Context) -> mlir.Module:
     # MLIR's own bytecode reader validates the bytes first: jaxlib 0.11 and 0.12 segfault in
     # deserialize_portable_artifact on truncated bytecode (0.10 raised), and the reader says why it fails.
     module = parse_module(data, context)
-    if _first_op(module).startswith("vhlo."):
+    if _is_vhlo(module):
         try:  # a portable artifact (VHLO) is upgraded to this jaxlib's StableHLO
             with context:
                 module = jax_mlir.deserialize_portable_artifact(data)
@@ -116,9 +116,10 @@ def _check_symbol_names(module: mlir.Module) -> None:
                 raise InvalidInputError(f"the symbol name {raw!r} is not valid UTF-8") from None
 
 
-def _first_op(module: mlir.Module) -> str:
-    ops = list(module.body.operations)
-    return ops[0].operation.name if ops else "none"
+def _is_vhlo(module: mlir.Module) -> bool:
+    """Whether the module holds VHLO functions. Not only the first op: an artifact with a mesh (Shardy's
+    `sdy.mesh`, which jax.export writes for typed PRNG key arguments) starts with that."""
+    return any(op.operation.name.startswith("vhlo.") for op in module.body.operations)
 
 
 def _load_exported(data: bytes, context: mlir.Context) -> Loaded:
@@ -270,7 +271,11 @@ def _leaf_names(in_tree, count: int) -> list[str]:
 
 
 def _stored(aval) -> TensorType:
-    """How the graph holds an argument or result: complex as (real, imag) pairs (TensorType.storage)."""
+    """How the graph holds an argument or result: complex as (real, imag) pairs (TensorType.storage), and a
+    typed PRNG key (jax.random.key) as its key data, which is what the module holds (uint32[..., 2] for
+    threefry)."""
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+        aval = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(aval.shape, aval.dtype))
     return TensorType(tuple(aval.shape), np.dtype(aval.dtype)).storage
 
 

@@ -45,6 +45,7 @@ from hlo2onnx import host_calls
 from hlo2onnx import targets_iree, targets_openvino
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
+from hlo2onnx.types import FLOAT8
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = {n: np.dtype(n) for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -64,6 +65,8 @@ WIDER: dict[np.dtype, tuple[np.dtype, ...]] = {
     DTYPES["uint64"]: (DTYPES["int64"],),
     DTYPES["float16"]: (DTYPES["float32"],),
     BF16: (DTYPES["float32"],),
+    # float8 is storage only: no runtime computes in it, and float32 holds every value (XLA upcasts too).
+    **{dtype: (DTYPES["float32"],) for dtype in FLOAT8},
     DTYPES["float64"]: (),
 }
 
@@ -188,6 +191,8 @@ class Target:
         if dtype in self.narrowed:
             return False
         if dtype == BF16 and not self.bf16_compute and op_type not in _DATA_MOVEMENT:
+            return False
+        if dtype in FLOAT8 and op_type not in _DATA_MOVEMENT:
             return False
         return dtype not in self.missing.get(op_type, ()) and dtype not in self.refused.get(op_type, ())
 

@@ -92,8 +92,12 @@ def onnx_dtype(dtype: np.dtype) -> ir.DataType:
     return ir.DataType.from_numpy(np.dtype(dtype))
 
 
+_FLOAT_VOIDS = (np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn))  # numpy kind "V"
+FLOAT8 = frozenset({np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)})  # storage-only types
+
+
 def is_float(dtype: np.dtype) -> bool:
-    return np.dtype(dtype).kind == "f" or np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype) in _FLOAT_VOIDS
 
 
 def is_complex(dtype: np.dtype) -> bool:

@@ -328,6 +328,8 @@ class MnjitFunction:
         if not self._static_argnums and not self._static_argnames:
             return (), args, kwargs
         nums = self._static_argnums
+        if nums and nums[0] < 0:  # only a function with *args keeps negative positions (jit_options)
+            nums = jit_options.resolve_argnums(nums, len(args))
         static = tuple(args[i] for i in nums if i < len(args))
         dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
         names = self._static_argnames
@@ -354,7 +356,7 @@ class MnjitFunction:
 
     def _compiled(self, lowered, key: Hashable, lowered_args: tuple, kwargs: dict) -> Compiled:
         self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok, lowered=lowered)  # cached now
-        positions = [i for i in self._static_argnums if i < len(lowered_args)]
+        positions = jit_options.resolve_argnums(self._static_argnums, len(lowered_args))
         static_kwargs = {k: kwargs[k] for k in self._static_argnames if k in kwargs}
 
         def call(dynamic_args: tuple, dynamic_kwargs: dict):
@@ -362,6 +364,7 @@ class MnjitFunction:
             args = list(dynamic_args)
             for i in positions:
                 args.insert(i, lowered_args[i])
+            args = tuple(args)  # the key's tree holds the arguments' tuple: a list is another structure
             kwargs = {**dynamic_kwargs, **static_kwargs}
             try:
                 other = self._key(args, kwargs)[0]
@@ -370,7 +373,7 @@ class MnjitFunction:
             if other != key:
                 raise TypeError(f"{self.__name__} was compiled for {jit_options.describe(key)} and called with "
                                 f"{jit_options.describe(other)}")
-            return self._call(tuple(args), kwargs)
+            return self._call(args, kwargs)
         return Compiled(lowered, call)
 
     def trace(self, *args, **kwargs) -> jax.stages.Traced:

@@ -36,8 +36,16 @@ def normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...],
         return argnums, argnames
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     n = len(positional)
-    argnums = tuple(sorted({i + n if i < 0 else i for i in argnums}))
-    names = set(argnames) | {positional[i] for i in argnums if i < n and
+    # With *args, jax.jit counts a negative index from the end of each call's arguments (resolve_argnums).
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    argnums = tuple(sorted({i + n if i < 0 and not varargs else i for i in argnums}))
+    names = set(argnames) | {positional[i] for i in argnums if 0 <= i < n and
                              params[i].kind == params[i].POSITIONAL_OR_KEYWORD}
     nums = set(argnums) | {positional.index(a) for a in argnames if a in positional}
     return tuple(sorted(nums)), tuple(sorted(names))
+
+
+def resolve_argnums(argnums: tuple[int, ...], nargs: int) -> tuple[int, ...]:
+    """The positions of one call's static arguments, as jax.jit takes them: negative ones count from the end,
+    those past the call's arguments are ignored."""
+    return tuple(sorted({i % nargs for i in argnums if -nargs <= i < nargs}))

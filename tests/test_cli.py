@@ -114,6 +114,19 @@ def test_check_prints_max_error(tmp_path, capsys):
     assert (tmp_path / "model.onnx").exists()  # default output: the input's name with .onnx
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_])
+def test_check_feeds_scalar_inputs_as_scalars(dtype, tmp_path, capsys):
+    """A 0-d input (random or given) reaches ORT 0-d: ORT took a 1-d one and gave a 1-d result, a mismatch."""
+    source = tmp_path / "model.jaxexport"
+    x = np.ones((), dtype)
+    source.write_bytes(export.export(jax.jit(lambda x, v: (x, v * 2)))(x, np.ones(3, np.float32)).serialize())
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
+    assert status == 0 and out.rstrip().endswith(": ok"), out + err
+    np.savez(tmp_path / "in.npz", x, np.ones(3, np.float32))
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "in.npz"], capsys)
+    assert status == 0 and out.rstrip().endswith(": ok"), out + err
+
+
 def test_check_with_npz_inputs(tmp_path, capsys):
     source = tmp_path / "model.jaxexport"
     source.write_bytes(FORMATS["jax-export"]())
@@ -124,6 +137,58 @@ def test_check_with_npz_inputs(tmp_path, capsys):
     np.savez(tmp_path / "bad.npz", np.zeros((2, 2), np.float64))
     status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "bad.npz"], capsys)
     assert_one_line_error(status, err, "the inputs must be named x, params['b1']")
+    # One array too many, or a name the model does not take: refused, not checked on a prefix.
+    np.savez(tmp_path / "more.npz", *flat_inputs(X), np.zeros(3))
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "more.npz"], capsys)
+    assert_one_line_error(status, err, "the model takes 5 inputs (x, params['b1'], params['b2'], params['w1'], "
+                                       "params['w2']); also given: arr_5")
+    named = dict(zip(["x", "params['b1']", "params['b2']", "params['w1']", "params['w2']"], flat_inputs(X)))
+    np.savez(tmp_path / "named.npz", **named, y=np.zeros(3))
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--inputs", tmp_path / "named.npz"], capsys)
+    assert_one_line_error(status, err, "also given: y")
+
+
+# jax.export artifacts whose arguments or results are typed PRNG keys (jax.random.key): the module holds their
+# key data (uint32[..., 2] for threefry, [..., 4] for rbg), and jax writes a Shardy mesh op before the functions.
+KEY_EXPORTS = {
+    "normal": (lambda k: jax.random.normal(k, (3,)), lambda: (jax.random.key(0),)),
+    "split_rbg": (lambda k, x: (jax.random.split(k), jax.random.uniform(k, (2,)) * x),
+                  lambda: (jax.random.key(1, impl="rbg"), np.float32(2))),
+    "batch_of_keys": (jax.vmap(lambda k: jax.random.bits(k, (2,))), lambda: (jax.random.split(jax.random.key(2), 4),)),
+}
+
+
+@pytest.mark.parametrize("case", list(KEY_EXPORTS))
+def test_typed_key_artifacts_convert_and_check(case, tmp_path, capsys):
+    fun, make_args = KEY_EXPORTS[case]
+    args = make_args()
+    source = tmp_path / "model.jaxexport"
+    source.write_bytes(export.export(jax.jit(fun))(*args).serialize())
+    status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
+    assert status == 0, err
+    assert out.rstrip().endswith(": ok"), out
+    data = [np.asarray(jax.random.key_data(a) if jnp.issubdtype(jnp.result_type(a), jax.dtypes.prng_key) else a)
+            for a in args]
+    expected = [jax.random.key_data(e) if jnp.issubdtype(e.dtype, jax.dtypes.prng_key) else e
+                for e in jax.tree_util.tree_leaves(jax.jit(fun)(*args))]
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {i.name: a for i, a in zip(session.get_inputs(), data)})
+    for a, e in zip(actual, expected):  # normal() goes through log: a few ulp (README)
+        tol = 2e-6 if a.dtype.kind == "f" else 0
+        np.testing.assert_allclose(a, np.asarray(e), rtol=tol, atol=tol)
+
+
+def test_a_symbolic_batch_of_typed_keys_converts(tmp_path):
+    """jax.random.split's sharding constraint (an Identity) holds the symbolic batch dim too."""
+    fun = jax.vmap(lambda k: jax.random.uniform(k, (2,)))
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("b"), jax.random.key(0).dtype)
+    hlo2onnx.convert(export.export(jax.jit(fun))(spec), tmp_path / "m.onnx", dynamic=True)
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape == ["b", 2]
+    for n in (1, 5):
+        keys = jax.random.split(jax.random.key(3), n)
+        actual = session.run(None, {session.get_inputs()[0].name: np.asarray(jax.random.key_data(keys))})[0]
+        np.testing.assert_array_equal(actual, np.asarray(jax.jit(fun)(keys)))
 
 
 def test_check_detects_a_wrong_model(tmp_path):
@@ -165,6 +230,16 @@ def test_api_convert(tmp_path):
     assert conversion.to_proto().opset_import[0].version == 18
     assert [i.name for i in onnx.load(str(tmp_path / "m.onnx")).graph.input] == \
         ["x", "params['b1']", "params['b2']", "params['w1']", "params['w2']"]
+    assert_matches_jit(tmp_path / "m.onnx", X)
+
+
+@pytest.mark.parametrize("source", ["text", "lowered"])
+def test_api_convert_takes_text_and_lowered(source, tmp_path):
+    """`convert(lowered.as_text())` is the module's text, not a file name (it failed with 'cannot read
+    <the whole module>: File name too long'), and a jax.stages.Lowered converts as its StableHLO."""
+    given = lowered().as_text() if source == "text" else lowered()
+    conversion = hlo2onnx.convert(given, tmp_path / "m.onnx")
+    assert conversion.check().ok
     assert_matches_jit(tmp_path / "m.onnx", X)
 
 
@@ -346,16 +421,22 @@ def test_huge_dims_convert_lazily(case, tmp_path, capsys):
     (["{src}", "-o", "{dir}/link.mlir"], "is the input file", 1),
     (["{src}", "-o", "{dir}/m.onnx", "--external-data", "model.mlir"], "is the input file", 1),
     (["{src}", "-o", "{dir}/m.onnx", "--external-data", "m.onnx"], "not be the model's own file name", 1),
+    # Names of the folder itself or of a folder in it: the weights' rename would fail on them.
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", ""], "must be a file name beside the model, got ''", 1),
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", ".."], "must be a file name beside the model", 1),
+    (["{src}", "-o", "{dir}/m.onnx", "--external-data", "weights"], "'weights' is a folder beside the model", 1),
     (["{src}", "--triton-repo", "{dir}", "--max-batch-size", "0", "--name", "model.mlir"],
      "exists and is not a folder", 1),
 ], ids=["directory", "missing", "opset-range", "opset-type", "target", "unknown-flag", "stdin-no-output",
         "missing-npz", "unwritable-output", "no-input", "inputs-not-npz", "output-is-input", "output-links-to-input",
-        "external-data-is-input", "external-data-is-model", "triton-model-is-input"])
+        "external-data-is-input", "external-data-is-model", "external-data-empty", "external-data-parent",
+        "external-data-folder", "triton-model-is-input"])
 def test_bad_invocation(argv, expected, code, tmp_path, capsys):
     source = tmp_path / "model.mlir"
     text = lowered().as_text()
     source.write_text(text)
     (tmp_path / "link.mlir").symlink_to(source)
+    (tmp_path / "weights").mkdir()
     argv = [a.format(dir=tmp_path, src=source) for a in argv]
     status, out, err = run_cli(argv, capsys)
     assert_one_line_error(status, err, expected, code)

@@ -6,6 +6,7 @@ or interrupts a process); the rest run it in-process. Model outputs are compared
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import stat
 import subprocess
@@ -126,6 +127,59 @@ def test_ctrl_c_during_start_up_is_one_line_and_130(delay, tmp_path):
         pytest.skip("the conversion finished before the interrupt")  # a fast machine; nothing to test
     assert process.returncode == 130, err
     assert err.count("\n") <= 1 and "Traceback" not in err, err
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+def _reading_stdin(pid: int) -> bool:
+    """Whether the process is blocked in read(0, ...) (the syscall number and first argument in /proc)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            return f.read().split()[:2] == [_READ[platform.machine()], "0x0"]
+    except (FileNotFoundError, PermissionError):
+        return False
+
+
+_READ = {"x86_64": "0", "aarch64": "63"}  # read's syscall number
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/syscall") or platform.machine() not in _READ,
+                    reason="reads Linux's /proc")
+def test_the_converter_dies_with_the_command(tmp_path):
+    """A command killed outright (SIGKILL: a CI timeout) takes its converter process with it. Here it is
+    blocked reading stdin, as on an input that hangs jaxlib's bytecode reader: it kept running before (a
+    converter that writes anything dies of the broken pipe, but one stuck in a parser writes nothing)."""
+    process = subprocess.Popen([PYTHON, "-m", "hlo2onnx", "-", "-o", str(tmp_path / "m.onnx")], cwd=ROOT,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (children := _children(process.pid)) or not _reading_stdin(children[0]):
+            assert time.monotonic() < deadline, "the converter never read stdin"
+            time.sleep(0.05)
+        process.kill()
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while _alive(children[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(children[0]), "the converter outlived the command"
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+        process.stdin.close()
+        for pid in filter(_alive, children):  # an orphan left by a failure
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_stdout_closed_early_ends_quietly(tmp_path):

@@ -78,6 +78,9 @@ BINARY = {
 }
 
 
+U64_HIGH = np.array([[2**63, 1, 2**64 - 1, 5], [0, 2**63 - 1, 2**63 + 1, 9]], np.uint64)
+
+
 def _cases(dtypes, x64):
     cases = []
     for dtype in dtypes:
@@ -107,12 +110,37 @@ CASES = [
     Case("sum_i64_past_2p53", jnp.sum, (np.array([2**53 + 1, 2, 2**60 + 3], np.int64),), x64=True),
     Case("dot_i64_past_2p53", jnp.dot, (np.array([2**53 + 1, 3], np.int64), np.array([3, 2**52 + 1], np.int64)),
          x64=True),
+    # uint64 runs its order-dependent reductions in int64, whose order differs from 2**63 on.
+    *[Case(f"u64_order_{name}", fun, (U64_HIGH,), x64=True) for name, fun in {
+        "max_min": lambda a: (a.max(), a.min(), a.max(axis=1), a.min(axis=0)),
+        "argmax_argmin": lambda a: (a.argmax(axis=1), a.argmin(axis=0)),
+        "window_max": lambda a: lax.reduce_window(a, np.uint64(0), lax.max, (1, 2), (1, 1), "VALID"),
+        "window_min": lambda a: lax.reduce_window(a, np.uint64(2**64 - 1), lax.min, (2, 1), (1, 1), "VALID"),
+        "sort_top_k": lambda a: (jnp.sort(a, axis=1), lax.top_k(a, 2)),
+        "segment_max": lambda a: jax.ops.segment_max(a.ravel(), jnp.array([0, 1, 0, 1, 2, 2, 0, 1]), 3),
+    }.items()],
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=repr)
 def test_int_wrap(case: Case) -> None:
     run_case(case)
+
+
+# Float to integer converts saturating (NaN to 0), as XLA's: the bounds are clamped in the float type, where
+# int32's max is 2**31 in float32 and int16's is 32768 in float16 (past the bound), and int32's is inf.
+SATURATE = np.array([np.nan, np.inf, -np.inf, 1e20, -1e20, 3.9, -3.9, 2.0**31, -2.0**31, 2.0**32, 2.0**63,
+                     -2.0**63, 2.0**64, 32768, -32769, 65535, 65536, 255.5, -0.5], np.float64)
+CONVERT_SOURCES = ("float16", "bfloat16", "float32")
+
+
+@pytest.mark.parametrize("target", NARROW + WIDE)
+@pytest.mark.parametrize("source", CONVERT_SOURCES + ("float64",))
+def test_float_to_int_saturates(source, target):
+    x64 = source == "float64" or target in WIDE
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = SATURATE.astype(jnp.dtype(source))
+    run_case(Case(f"{source}_to_{target}", lambda a: a.astype(target), (x,), x64=x64))
 
 
 def _ort(op: str, inputs: list[np.ndarray], **attrs) -> np.ndarray:

@@ -245,6 +245,45 @@ def test_compiled_refuses_another_signature():
         compiled(rand((3, 2)))
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["no_static", "static"])
+def test_compiled_without_static_arguments_takes_its_own_signature(static):
+    """jax's Compiled called with the lowering's own signature runs (the arguments' tuple is the cache key's
+    structure whether or not static positions are put back into it)."""
+    fun = _scaled_positional if static else (lambda x, y: _scaled(x, y, power=2))
+    options = {"static_argnums": 2} if static else {}
+    extra = (2,) if static else ()
+    x, y = rand((3, 2)), rand((3, 2), seed=1)
+    spec = jax.ShapeDtypeStruct((3, 2), jnp.float32)
+    compiled = mnjit(fun, **options).lower(spec, y, *extra).compile()
+    expected = jax.jit(fun, **options).lower(spec, y, *extra).compile()
+    assert_same(compiled(x, y), expected(x, y))
+    by_keyword = mnjit(lambda x, y: x - y).lower(x, y=y).compile()
+    assert_same(by_keyword(x, y=y), jax.jit(lambda x, y: x - y).lower(x, y=y).compile()(x, y=y))
+
+
+def _affine(x, *rest):
+    return x * rest[0] + rest[1]
+
+
+X3 = rand((3,))
+# static_argnums, the call's arguments, the positions that stay dynamic
+VARARGS_CASES = {
+    "last_of_3": (-1, (X3, 2.0, 3), (0, 1)),
+    "last_of_4": (-1, (X3, np.float32(2), 4.0, 5), (0, 1, 2)),
+    "two_last": ((-1, -2), (X3, 2, 3), (0,)),
+    "positive": (2, (X3, 2.0, 3), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(VARARGS_CASES))
+def test_negative_static_argnums_with_varargs_count_from_the_call(name):
+    """With *args, jax.jit counts a negative static position from the end of each call's arguments."""
+    argnums, args, dynamic = VARARGS_CASES[name]
+    f, ref = mnjit(_affine, static_argnums=argnums), jax.jit(_affine, static_argnums=argnums)
+    assert_same(f(*args), ref(*args))
+    assert_same(f.lower(*args).compile()(*[args[i] for i in dynamic]), ref(*args))
+
+
 def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
     f, jitted = mnjit(_scaled, static_argnames="power"), jax.jit(_scaled, static_argnames="power")
     x, y = rand((3, 2)), np.float32(1.5)

@@ -12,6 +12,8 @@ from mnjit import mnjit
 F16, F32, F64 = np.float16, np.float32, np.float64
 BIG = np.array([2**53 + 1, -2**62 + 7, 2**40 - 3, -1, 0, 9_007_199_254_740_993], np.int64)
 BIG2 = np.array([3, 2, -2**20, 7, 5, -1], np.int64)
+E4M3, E5M2, BF16 = jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.bfloat16
+F8_IN = np.array([0.1, -2.5, 300, 1e-3, np.nan, 448, 464, 500, -1e6, 0, -0.0, 57344, 61440, 1e-9, np.inf], F32)
 
 
 def fire_step(position, velocity, force, dt, alpha, n_pos, mass):
@@ -49,6 +51,27 @@ CASES = [
     Case("convert_chain", lambda d: (d.astype(F32).astype(F16), d.astype(F16), d.astype(F16).astype(F64),
                                      d.astype(jnp.bfloat16).astype(F64)),
          (np.array([1 / 3, 65504.0, 65520.0, 1e-5, 6e-8, -2.5e-8, 1e308], F64),), x64=True),
+    # float8 (storage types): conversions overflow to inf (e5m2) or NaN (e4m3fn) as in XLA, not to ONNX Cast's
+    # default largest finite value; e5m2's 61440 rounds to inf; float8 to int saturates through float32;
+    # arithmetic and compares run in float32 (ORT has no float8 kernels, the model was invalid).
+    *[Case(f"float8_{name}", fun, (F8_IN,)) for name, fun in {
+        "e4m3fn_round_trip": lambda a: (a.astype(E4M3).astype(F32), a.astype(F16).astype(E4M3).astype(F32)),
+        "e5m2_round_trip": lambda a: (a.astype(E5M2), a.astype(jnp.bfloat16).astype(E5M2), a.astype(E5M2).astype(F16)),
+        "to_int": lambda a: tuple(a.astype(f8).astype(t) for f8 in (E4M3, E5M2) for t in (jnp.int8, jnp.uint8, jnp.int32)),
+        "arith_compare": lambda a: (a.astype(E5M2) + a.astype(E5M2), (a.astype(E4M3) * 2).astype(F32),
+                                    a.astype(E5M2) > 1, a.astype(E4M3).astype(bool)),
+    }.items()],
+    # bf16 arithmetic converted back to f32: XLA's CPU loop fusions compute it in f32 and drop the rounding
+    # (excess precision); an explicit f32 -> bf16 -> f32 and results kept as bf16 are rounded.
+    *[Case(f"bf16_to_f32_{name}", lambda a, b, fun=fun: (fun(a.astype(BF16), b.astype(BF16)).astype(F32),
+                                                        fun(a.astype(BF16), b.astype(BF16))),
+           (rand((256,), F32, 1, -2, 2), rand((256,), F32, 2, 0.1, 2))) for name, fun in {
+        "mul": jnp.multiply, "add": jnp.add, "div": jnp.divide, "exp": lambda a, b: jnp.exp(a),
+        "tanh": lambda a, b: jnp.tanh(a), "chain": lambda a, b: a * b + a, "where": lambda a, b: jnp.where(a > 0, a * b, b),
+        "gelu": lambda a, b: jax.nn.gelu(a), "log": lambda a, b: jnp.log(b),
+    }.items()],
+    Case("bf16_explicit_round_trip", lambda a: (a.astype(BF16).astype(F32), (a * 3).astype(BF16).astype(F32)),
+         (rand((256,), F32, 3),)),
     Case("f16_overflow_to_inf", lambda a: (a * a, a + a, jnp.exp(a)), (np.array([300, 60000, -300, 11.5], F16),)),
     Case("f16_sum_mean", lambda a: (jnp.sum(a), jnp.mean(a), jnp.var(a)), (rand((64,), F16),)),
     Case("f16_matmul", lambda a, b: a @ b, (rand((8, 16), F16), rand((16, 4), F16, 1)), tol=(4e-3, 4e-3)),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
@@ -266,23 +267,54 @@ def convert(ctx: RuleContext, x):
     source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
     if source == target:
         return ctx.b.op("Identity", x)
+    if np.dtype(target) == np.float32 and (wide := ctx.b.unrounded(x)) is not None:
+        return ctx.b.op("Identity", wide)  # bf16 arithmetic converted back: XLA keeps the float32 value
     if is_float(source) and not is_float(target) and not is_bool(target):
+        if np.dtype(source).itemsize == 1:  # float8: ORT has no float8 compares; float32 holds each value
+            x, source = ctx.b.cast(x, np.float32), np.dtype(np.float32)
         return _saturate_for_int(ctx, x, source, target)
+    if is_float(target) and np.dtype(target).itemsize == 1:
+        return _to_float8(ctx, x, source, target)
     return ctx.b.op("Cast", x, to=ir.DataType.from_numpy(np.dtype(target)))
+
+
+def _to_float8(ctx: RuleContext, x, source, target):
+    """ONNX's Cast saturates to float8's largest finite value by default; XLA's gives inf (e5m2), NaN (e4m3fn).
+    With saturate=0 ORT gives NaN, not inf, to the e5m2 values that round up past its largest (61440 up to
+    65536): those become ±inf first."""
+    to = ir.DataType.from_numpy(np.dtype(target))
+    if is_float(source) and np.dtype(target) == np.dtype(ml_dtypes.float8_e5m2) and float(ml_dtypes.finfo(source).max) > 61440:
+        t = partial(ctx.b.typed, dtype=source)
+        past = t("GreaterOrEqual", t("Abs", x), ctx.b.const(61440, source), result_dtype=bool)
+        x = t("Where", past, t("Mul", x, ctx.b.const(np.inf, source)), x, cast=(1, 2))
+    return ctx.b.op("Cast", x, to=to, saturate=0)
 
 
 def _saturate_for_int(ctx: RuleContext, x, source, target):
     """XLA converts float->int saturating, with NaN -> 0; a bare Cast is undefined there."""
     b = ctx.b
     info = np.iinfo(target)
-    # The largest float of `source` that still fits `target`.
-    high = np.nextafter(np.asarray(info.max, dtype=source), np.asarray(0, dtype=source)) \
-        if np.asarray(info.max, dtype=source) > info.max else np.asarray(info.max, dtype=source)
-    low = np.asarray(info.min, dtype=source)
+    # The floats of `source` nearest the bounds that still fit `target`.
+    high, low = _inside(info.max, source), _inside(info.min, source)
     t = partial(b.typed, dtype=source)
     clipped = t("Min", t("Max", x, b.const(low, source)), b.const(high, source))
     nan = t("IsNaN", x, result_dtype=bool)
     saturated = b.op("Cast", clipped, to=ir.DataType.from_numpy(np.dtype(target)))
     is_high = t("Greater", x, b.const(high, source), result_dtype=bool)
     saturated = b.typed("Where", is_high, b.const(info.max, target), saturated, dtype=target, cast=(1, 2))
+    if int(low) != info.min:  # float16 -> int32/int64: -2**31 is -inf there, and the clip stops at -65504
+        is_low = t("Less", x, b.const(low, source), result_dtype=bool)
+        saturated = b.typed("Where", is_low, b.const(info.min, target), saturated, dtype=target, cast=(1, 2))
     return b.typed("Where", nan, b.const(0, target), saturated, dtype=target, cast=(1, 2))
+
+
+def _inside(bound: int, source) -> np.ndarray:
+    """An integer type's bound as the `source` float nearest it on zero's side. Rounding to the nearest float
+    may carry it past the bound (2**31 - 1 is 2**31 in float32, 2**63 - 1 is 2**63 in float64) or to infinity
+    (float16), where a Cast is undefined. The check is in Python ints: numpy compares a float32 with an int as
+    float32, which hides the carry."""
+    with np.errstate(over="ignore"):
+        value = np.asarray(float(bound), dtype=source)  # (ml_dtypes reads no int past int64)
+    if not np.isfinite(value) or abs(int(value)) > abs(bound):
+        value = np.nextafter(value, np.asarray(0, dtype=source))
+    return value

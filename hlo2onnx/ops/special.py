@@ -37,7 +37,7 @@ def in_compute_dtype(b: Builder, dtype: np.dtype, fn, *xs: ir.Value) -> ir.Value
     """
     if np.dtype(dtype).itemsize >= 4:
         return fn(b, np.dtype(dtype), *xs)
-    return b.cast(fn(b, F32, *(b.cast(x, F32) for x in xs)), dtype)
+    return b.narrow(fn(b, F32, *(b.cast(x, F32) for x in xs)), dtype)
 
 
 def _polynomial(b: Builder, x: ir.Value, coefficients, dtype: np.dtype) -> ir.Value:
