@@ -74,7 +74,10 @@ def _supervise(argv: list[str]) -> int:
     if code < 0:  # killed by a signal: jaxlib aborted (SIGABRT) or overflowed its stack (SIGSEGV)
         _remove_temporaries(status, child.pid)
         stage = status.get("stage")
-        if stage is None:
+        if stage is None and -code == signal.SIGALRM and "parse_limit" in status:
+            _fail(f"{_input_name(status)}: the parser did not finish within {status['parse_limit']} s (jaxlib's "
+                  "MLIR reader loops forever on some malformed inputs)")
+        elif stage is None:
             _fail(f"{_input_name(status)}: the parser crashed ({_signal_name(-code)}); the input is malformed "
                   "or nested deeper than jaxlib's parsers handle")
         else:  # converted; ONNX Runtime or JAX died running it, or the write did

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
+import signal
 import stat
 import sys
 import time
@@ -23,11 +25,25 @@ from hlo2onnx.errors import Hlo2OnnxError  # light: the package loads jax only o
 EXIT_ERROR, EXIT_USAGE, EXIT_MISMATCH = 1, 2, 3
 # Below this many ops the progress display is not worth a line (unless --progress).
 PROGRESS_MIN_OPS = 1000
+# How long hlo2onnx.cli's child may take to read and parse its input before translation starts: jaxlib's MLIR
+# bytecode reader loops forever on some malformed inputs (docs/formats.md). Parsing took at most 0.3 s per MB
+# (a 24k-op jax.export artifact; MLIR text 0.04 s per MB): the limit leaves 30x that, and 30 s for any input.
+PARSE_SECONDS, PARSE_SECONDS_PER_MB = 30, 10
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a negative time: {value}")
+    return value
 
 
 def _opset(text: str) -> int:
@@ -89,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
                         "and after, and the nodes the target runs on a fallback")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the input format and time per stage")
+    parser.add_argument("--parse-limit", type=_seconds, metavar="SECONDS",
+                        help=f"give up reading and parsing the input file after this long (default {PARSE_SECONDS} s "
+                             f"plus {PARSE_SECONDS_PER_MB} s per MB; 0: no limit): jaxlib's MLIR reader loops "
+                             "forever on some malformed inputs")
     parser.add_argument("--progress", action="store_true", help="show translation progress on stderr even when "
                         f"it is not a terminal or the module is small (default: on a terminal, {PROGRESS_MIN_OPS}+ "
                         "ops)")
@@ -96,11 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None] | None = None,
+         limit_parse: bool = False) -> int:
     """Runs the command in this process; returns the exit status.
 
     `announce(key, value)` is told the input and output paths once known
-    (the supervising parent names them if this process crashes).
+    (the supervising parent names them if this process crashes). `limit_parse`:
+    this process is hlo2onnx.cli's child, which a SIGALRM may end (_ParseDeadline).
     """
     args = build_parser().parse_args(argv)
     try:
@@ -109,7 +131,7 @@ def main(argv: Sequence[str] | None = None, announce: Callable[[str, str], None]
             announce("output", args.output or "")
             if args.triton_repo:
                 announce("repo", args.triton_repo)
-        code = _run(args, announce or (lambda key, value: None))
+        code = _run(args, announce or (lambda key, value: None), limit_parse)
         sys.stdout.flush()  # a closed stdout shows here, where it is handled, not at interpreter exit
         return code
     except KeyboardInterrupt:
@@ -152,7 +174,7 @@ def _fail(message: str) -> None:
     sys.stderr.write(f"hlo2onnx: error: {message}\n")
 
 
-def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
+def _run(args: argparse.Namespace, announce: Callable[[str, str], None], limit_parse: bool) -> int:
     from hlo2onnx.conversion import convert
 
     repo = args.triton_repo
@@ -171,8 +193,13 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None]) -> int:
             _refuse_overwriting_input(args.input, os.path.join(folder, args.external_data), "--external-data")
     inputs = _read_inputs(args.inputs) if args.inputs else None
     progress = ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
-    conversion = convert(args.input, None, target=args.target, opset=args.opset, name=args.name,
-                         dynamic=args.dynamic, progress=progress)
+    deadline = _ParseDeadline(args.input, args.parse_limit, progress, announce) if limit_parse else None
+    try:
+        conversion = convert(args.input, None, target=args.target, opset=args.opset, name=args.name,
+                             dynamic=args.dynamic, progress=deadline or progress)
+    finally:
+        if deadline is not None:
+            deadline.cancel()
     # Everything that can fail runs before the output is written: a failed run leaves the old file as it was.
     result = None
     if args.check or inputs is not None:
@@ -304,6 +331,34 @@ class ProgressLine:
         self._stream.flush()
 
 
+class _ParseDeadline:
+    """Ends the process by SIGALRM if the input is not parsed within PARSE_SECONDS plus PARSE_SECONDS_PER_MB
+    of it: the signal's default action ends it whatever C++ code holds the interpreter, which a Python
+    handler could not. The alarm is off once translation starts (the translator's first progress call, which
+    this forwards to the display), and the supervising parent names the limit in its error. Only for
+    hlo2onnx.cli's child: the input is a file (stdin is not limited)."""
+
+    def __init__(self, path: str, seconds: int | None, progress: Callable[[int, int], None] | None,
+                 announce: Callable[[str, str], None]):
+        self._progress = progress
+        self._armed = path != "-" and os.path.isfile(path) and seconds != 0
+        if self._armed:
+            if seconds is None:
+                seconds = PARSE_SECONDS + PARSE_SECONDS_PER_MB * math.ceil(os.path.getsize(path) / 2**20)
+            announce("parse_limit", str(seconds))
+            signal.alarm(seconds)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.cancel()
+        if self._progress is not None:
+            self._progress(done, total)
+
+    def cancel(self) -> None:
+        if self._armed:
+            signal.alarm(0)
+            self._armed = False
+
+
 # -- the child side of hlo2onnx.cli --------------------------------------------------------------------
 CHILD_ENV = "HLO2ONNX_CHILD_FDS"  # "<status fd>,<stderr fd>", set by hlo2onnx.cli for its child
 
@@ -324,7 +379,7 @@ def child_main() -> int:
 
     code = EXIT_ERROR
     try:
-        code = main(sys.argv[1:], announce)
+        code = main(sys.argv[1:], announce, limit_parse=True)
         return code
     except SystemExit as e:  # argparse's --help and usage errors, their message printed
         code = e.code if isinstance(e.code, int) else EXIT_USAGE if e.code else 0

@@ -409,6 +409,8 @@ def test_huge_dims_convert_lazily(case, tmp_path, capsys):
     (["{dir}/missing.mlir"], "No such file", 1),
     (["{src}", "--opset", "7"], "7 is outside", 2),
     (["{src}", "--opset", "seven"], "not an integer", 2),
+    (["{src}", "--parse-limit", "-1"], "a negative time", 2),
+    (["{src}", "--parse-limit", "2.5"], "not a whole number of seconds", 2),
     (["{src}", "--target", "tpu"], "invalid choice", 2),
     (["{src}", "--frobnicate"], "unrecognized arguments", 2),
     (["-"], "reading stdin needs -o", 1),
@@ -427,7 +429,7 @@ def test_huge_dims_convert_lazily(case, tmp_path, capsys):
     (["{src}", "-o", "{dir}/m.onnx", "--external-data", "weights"], "'weights' is a folder beside the model", 1),
     (["{src}", "--triton-repo", "{dir}", "--max-batch-size", "0", "--name", "model.mlir"],
      "exists and is not a folder", 1),
-], ids=["directory", "missing", "opset-range", "opset-type", "target", "unknown-flag", "stdin-no-output",
+], ids=["directory", "missing", "opset-range", "opset-type", "parse-limit-negative", "parse-limit-type", "target", "unknown-flag", "stdin-no-output",
         "missing-npz", "unwritable-output", "no-input", "inputs-not-npz", "output-is-input", "output-links-to-input",
         "external-data-is-input", "external-data-is-model", "external-data-empty", "external-data-parent",
         "external-data-folder", "triton-model-is-input"])

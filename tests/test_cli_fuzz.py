@@ -130,6 +130,21 @@ def test_mutations_are_contained(fmt, kind, index, tmp_path):
     assert_contained(fmt, kind, index, tmp_path)
 
 
+def test_a_parse_that_never_ends_is_stopped(tmp_path):
+    """A 3 KB corrupted jax.export artifact (a byte-flipped one, from a probe) keeps jaxlib's MLIR bytecode
+    reader busy for good, on jaxlib 0.10 and 0.12: the command gives up after --parse-limit with one line, the
+    old output intact."""
+    output = tmp_path / "model.onnx"
+    output.write_bytes(OLD)
+    done = subprocess.run([PYTHON, "-m", "hlo2onnx", os.path.join(ROOT, "tests", "data", "mlir_reader_hangs.bin"),
+                           "-o", str(output), "--parse-limit", "3"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=90)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "the parser did not finish within 3 s" in done.stderr, done.stderr
+    assert output.read_bytes() == OLD
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)]
+
+
 @pytest.mark.stress
 @pytest.mark.parametrize("fmt, kind, index", cases(names=12, flips=40, truncations=10))
 def test_mutations_are_contained_stress(fmt, kind, index, tmp_path):
