@@ -73,7 +73,7 @@ class TierPolicy:
     runs on the compiled tier) to a tier that is not clearly faster.
     """
 
-    build: Callable[[Any], CompiledTier] | None = None
+    build: Callable[[Any], CompiledTier | Sequence[CompiledTier]] | None = None
     trials: int = 3  # timed calls per tier at least; more for short calls, up to max_trials or trial_budget_s
     max_trials: int = 25
     # Timed seconds per tier (ort-cpu and each variant), after which no more trials are made: three tiers of a
@@ -303,6 +303,9 @@ class Tiering:
             self._drop(sig, f"{self._name} could not compile it: {' '.join(str(e).split())[:300]}")
             return
         candidates = (built,) if isinstance(built, CompiledTier) else tuple(built)
+        if not candidates:
+            self._drop(sig, f"{self._name}'s build gave no tier")
+            return
         with self._lock:
             if sig.cancelled or sig.phase is not Phase.COMPILING:
                 return  # evicted meanwhile: the result is dropped here

@@ -429,7 +429,8 @@ def test_huge_dims_convert_lazily(case, tmp_path, capsys):
     (["{src}", "-o", "{dir}/m.onnx", "--external-data", "weights"], "'weights' is a folder beside the model", 1),
     (["{src}", "--triton-repo", "{dir}", "--max-batch-size", "0", "--name", "model.mlir"],
      "exists and is not a folder", 1),
-], ids=["directory", "missing", "opset-range", "opset-type", "parse-limit-negative", "parse-limit-type", "target", "unknown-flag", "stdin-no-output",
+], ids=["directory", "missing", "opset-range", "opset-type", "parse-limit-negative", "parse-limit-type", "target",
+        "unknown-flag", "stdin-no-output",
         "missing-npz", "unwritable-output", "no-input", "inputs-not-npz", "output-is-input", "output-links-to-input",
         "external-data-is-input", "external-data-is-model", "external-data-empty", "external-data-parent",
         "external-data-folder", "triton-model-is-input"])

@@ -283,7 +283,8 @@ def _to_float8(ctx: RuleContext, x, source, target):
     With saturate=0 ORT gives NaN, not inf, to the e5m2 values that round up past its largest (61440 up to
     65536): those become ±inf first."""
     to = ir.DataType.from_numpy(np.dtype(target))
-    if is_float(source) and np.dtype(target) == np.dtype(ml_dtypes.float8_e5m2) and float(ml_dtypes.finfo(source).max) > 61440:
+    if is_float(source) and np.dtype(target) == np.dtype(ml_dtypes.float8_e5m2) \
+            and float(ml_dtypes.finfo(source).max) > 61440:
         t = partial(ctx.b.typed, dtype=source)
         past = t("GreaterOrEqual", t("Abs", x), ctx.b.const(61440, source), result_dtype=bool)
         x = t("Where", past, t("Mul", x, ctx.b.const(np.inf, source)), x, cast=(1, 2))
