@@ -10,6 +10,7 @@ why both are pinned to a checked range in setup.cfg.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ _ML_DTYPES = {
     np.dtype(ml_dtypes.float8_e4m3fn): (np.uint8, 17),
     np.dtype(ml_dtypes.float8_e5m2): (np.uint8, 19),
 }
+_FLOAT8 = frozenset(d for d, (_, onnx_type) in _ML_DTYPES.items() if onnx_type in (17, 19))
 # The graph holds complex tensors as float (real, imag) pairs on a trailing axis (hlo2onnx TensorType.storage).
 _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 # Initializers at least this large are handed to ORT as the translator's own numpy buffers
@@ -179,7 +181,10 @@ class OrtRunner:
         self._bool_out = {i for i, aval in enumerate(self.out_avals) if np.dtype(aval.dtype) == _BOOL}
         self._complex_out = {i: np.dtype(aval.dtype) for i, aval in enumerate(self.out_avals)
                              if np.dtype(aval.dtype) in _COMPLEX_PAIRS}
-        self._plain_out = not self._bool_out and not self._complex_out
+        # float8 outputs: ORT before 1.32 exports them by no DLPack ("Unexpected data type of 19").
+        self._float8_out = {i: np.dtype(aval.dtype) for i, aval in enumerate(self.out_avals)
+                            if np.dtype(aval.dtype) in _FLOAT8}
+        self._plain_out = not self._bool_out and not self._complex_out and not self._float8_out
         self._device = jax.devices("cpu")[0]
         self._ort_cpu = _C.OrtDevice(_C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0)
         self._c_session = compat.c_session(self.session)
@@ -228,7 +233,11 @@ class OrtRunner:
             binding.bind_output(name, self._ort_cpu)
         self._c_session.run_with_iobinding(binding, run_options)
         # The capsules own ORT's output buffers; the binding's own vector is reused by the next call.
-        return binding.get_outputs().to_dlpacks(None)
+        outputs = binding.get_outputs()
+        if not self._float8_out:
+            return outputs.to_dlpacks(None)
+        return [_float8_copy(outputs[i], self._float8_out[i]) if i in self._float8_out else outputs[i].to_dlpack()
+                for i in range(len(self.output_names))]
 
     def _run_interruptible(self, leaves: Sequence) -> list[jax.Array]:
         run_options = _C.RunOptions()
@@ -255,6 +264,8 @@ class OrtRunner:
         return outputs
 
     def _import(self, i: int, capsule) -> jax.Array:
+        if i in self._float8_out:  # a numpy copy (_float8_copy)
+            return jax.device_put(capsule, self._device)
         if i in self._bool_out:  # bool arrives through DLPack as uint8
             return jax.device_put(np.from_dlpack(CapsuleHolder(capsule)).view(_BOOL), self._device)
         if i in self._complex_out:
@@ -269,6 +280,13 @@ class OrtRunner:
             outputs[i] = compat.mark_weak(outputs[i])
         return outputs
 
+
+
+def _float8_copy(value, dtype: np.dtype) -> np.ndarray:
+    """A float8 OrtValue's bytes, copied into a numpy array of `dtype` (ORT's numpy() and DLPack export, before
+    1.32, take no float8)."""
+    raw = (ctypes.c_uint8 * value.tensor_size_in_bytes()).from_address(value.data_ptr())
+    return np.frombuffer(raw, np.uint8).copy().view(dtype).reshape(value.shape())
 
 
 T = TypeVar("T")
