@@ -36,16 +36,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a negative time: {value}")
-    return value
-
-
 def _opset(text: str) -> int:
     from hlo2onnx.pipeline import MAX_OPSET, MIN_OPSET
 
@@ -58,7 +48,7 @@ def _opset(text: str) -> int:
     return value
 
 
-def _batch_size(text: str) -> int:
+def _non_negative(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -93,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--triton-repo", metavar="DIR", help="write a Triton model repository: DIR/<name>/config.pbtxt "
                         "and DIR/<name>/1/model.onnx, <name> being --name or the module's (KServe's ONNX runtime "
                         "serves it too; docs/deploy.md). The .onnx file is then written only with -o")
-    parser.add_argument("--max-batch-size", metavar="N", type=_batch_size, help="for --triton-repo: the largest "
+    parser.add_argument("--max-batch-size", metavar="N", type=_non_negative, help="for --triton-repo: the largest "
                         f"batch Triton forms along axis 0, which must be symbolic (--dynamic; default "
                         f"{DEFAULT_MAX_BATCH_SIZE}); 0: no batching, full shapes")
     parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
@@ -105,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
                         "and after, and the nodes the target runs on a fallback")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the input format and time per stage")
-    parser.add_argument("--parse-limit", type=_seconds, metavar="SECONDS",
+    parser.add_argument("--parse-limit", type=_non_negative, metavar="SECONDS",
                         help=f"give up reading and parsing the input file after this long (default {PARSE_SECONDS} s "
                              f"plus {PARSE_SECONDS_PER_MB} s per MB; 0: no limit): jaxlib's MLIR reader loops "
                              "forever on some malformed inputs")

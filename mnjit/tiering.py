@@ -12,7 +12,7 @@ Per signature (docs/runtime.md, Tiered execution):
    one each once a call takes over `slow_call_s`), and the compiled tier keeps the signature if ort-cpu's
    median is over `min_speedup` (1.1) times its own; otherwise ort-cpu does, its fast path included.
 
-No call waits for the compiler: the worker is one daemon thread per process (`_WORKER`), fed by a queue of
+No call waits for the compiler: the worker is one daemon thread per process (mnjit/background.py), fed by a queue of
 at most `MAX_JOBS` jobs (a signature that finds it full stays on ort-cpu, and says so). A signature that
 leaves the cache (max_cache_size, clear_cache) is cancelled: a job not started is skipped, a compile under
 way finishes and its result is dropped. Functions with side effects (io_callback, jax.debug.print) stay on
@@ -20,11 +20,8 @@ ort-cpu: comparing would run their effects twice.
 """
 from __future__ import annotations
 
-import atexit
 import enum
 import logging
-import os
-import queue
 import statistics
 import threading
 import time
@@ -37,11 +34,11 @@ import numpy as np
 
 from hlo2onnx import targets as target_table
 from hlo2onnx.check import compare
-from mnjit import device
+from mnjit import background, device
 from mnjit import fallback as partitioned
 
 logger = logging.getLogger("mnjit")
-MAX_JOBS = 64  # queued background jobs per process (compiles and comparisons)
+MAX_JOBS = background.MAX_JOBS
 BASE = "ort-cpu"
 
 
@@ -173,51 +170,6 @@ def unavailable_reason() -> str | None:
     return None
 
 
-class _Worker:
-    """The process's one tiering thread (a daemon, started on first use) and its bounded queue."""
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue = queue.Queue(MAX_JOBS)
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._stopped = False
-
-    def submit(self, job: Callable[[], None]) -> bool:
-        with self._lock:
-            if self._stopped:
-                return False
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="mnjit-tiering", daemon=True)
-                self._thread.start()
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            return False
-        return True
-
-    def _loop(self) -> None:
-        while True:
-            job = self._queue.get()
-            if not self._stopped:
-                job()  # jobs catch their own errors
-            # A daemon thread's frame outlives the interpreter: it must not keep a signature's runners alive.
-            del job
-
-    def stop(self) -> None:
-        """At exit: start no more jobs (a compile under way is not waited for)."""
-        self._stopped = True
-
-    def after_fork(self) -> None:
-        """The child has no worker thread: it starts its own on first use, with an empty queue."""
-        self._queue, self._thread, self._lock = queue.Queue(MAX_JOBS), None, threading.Lock()
-
-
-_WORKER = _Worker()
-atexit.register(_WORKER.stop)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WORKER.after_fork)
-
-
 class Tiering:
     """One auto function's tiering: starts each signature's background build, routes calls, judges the
     tiers. `active` counts the signatures whose calls must take the Python path."""
@@ -285,7 +237,7 @@ class Tiering:
 
         with self._lock:
             self._jobs += 1
-        if _WORKER.submit(job):
+        if background.WORKER.submit(job):
             return True
         with self._idle:
             self._jobs -= 1
