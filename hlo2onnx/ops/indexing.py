@@ -1,4 +1,4 @@
-"""gather, scatter, dynamic_slice and dynamic_update_slice, with XLA's out-of-bounds rules.
+"""gather and scatter, with XLA's out-of-bounds rules (dynamic slices: ops/dynamic_slice.py).
 
 gather clamps each start index so its slice fits; scatter skips every update
 whose window does not fit. Both follow one plan: the start indices become an
@@ -93,7 +93,7 @@ def _known_within(s: _Starts, high: Sequence[symbolic.Dim]) -> bool:
     return s.const is not None and bool(((s.const >= 0) & (s.const <= np.asarray(high))).all())
 
 
-def _high(b, operand: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]):
+def start_bounds(b, operand: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]):
     """The largest start of each of `dims` whose window still fits (`dim - size`): an int, or a 1-element
     int64 tensor where the operand's dim is symbolic."""
     high: list[symbolic.Dim] = []
@@ -123,13 +123,13 @@ def _fits(b, s: _Starts, high: Sequence[int]) -> ir.Value | None:
     return b.op("ReduceMin", ok, b.shape_const([-1]), keepdims=0)
 
 
-def _clamp(b, starts: ir.Value, high: Sequence[int]) -> ir.Value:
+def clamp_starts(b, starts: ir.Value, high: Sequence[int]) -> ir.Value:
     """XLA's clamp of start indices into [0, high] (high = dim - slice size)."""
     clipped = b.op("Min", starts, _bound(b, high))
     return b.op("Max", clipped, b.const(np.zeros(1, I64)))
 
 
-def _window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[int]) -> ir.Value:
+def window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[int]) -> ir.Value:
     """starts (batch + [K]) plus every offset of a window of `sizes` (one per column).
 
     Gives batch + [sizes above 1] + [K]: only windows wider than one element get an axis.
@@ -227,9 +227,9 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
     rank = len(shape)
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.start_index_map,
                 dn.operand_batching_dims, dn.start_indices_batching_dims)
-    high = _high(b, operand, shape, slice_sizes, s.dims)
+    high = start_bounds(b, operand, shape, slice_sizes, s.dims)
     if not _known_within(s, high):
-        s.matrix = _clamp(b, s.matrix, high)  # XLA clamps so the slice fits
+        s.matrix = clamp_starts(b, s.matrix, high)  # XLA clamps so the slice fits
     dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
     target = _labels(len(out_shape), dn.offset_dims, [d for d in range(rank) if d not in dropped])
     batch_labels = [("b", j) for j in range(len(s.batch))]
@@ -252,7 +252,7 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
         labels = batch_labels + [("o", d) for d in dims if slice_sizes[d] > 1] + [("o", d) for d in rest]
         if dims:
             data = transpose_to(b, data, dims + rest)
-            result = b.op("GatherND", data, _window_offsets(b, matrix, s.batch, [slice_sizes[d] for d in dims]))
+            result = b.op("GatherND", data, window_offsets(b, matrix, s.batch, [slice_sizes[d] for d in dims]))
         else:  # no index columns: every result row is the same slice
             if not symbolic.is_static(s.batch) or not all(isinstance(slice_sizes[d], int) for d in rest):
                 raise NotImplementedError("gather without index columns over symbolic dimensions")
@@ -376,7 +376,7 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
         return b.op("Identity", operand)  # no update window fits anywhere
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.scattered_dims_to_operand_dims,
                 dn.input_batching_dims, dn.scatter_indices_batching_dims)
-    valid = _fits(b, s, _high(b, operand, shape, window, s.dims))
+    valid = _fits(b, s, start_bounds(b, operand, shape, window, s.dims))
     # The operand's sizes, symbolic ones read from the graph (where the trash row and crop need them).
     sizes = symbolic.dims(b, operand, shape) if not static else list(shape)
     labels = _labels(len(upd_shape), dn.update_window_dims, window_dims)
@@ -416,7 +416,7 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     trash = [sizes[dims[0]]] + [0] * (len(dims) - 1)
     extra = len(out_shape) - len(s.batch)
     matrix, updates = _skip_invalid(b, matrix, updates, valid, extra, reduction, dtype, trash)
-    idx = _window_offsets(b, matrix, s.batch, [window[d] for d in dims])
+    idx = window_offsets(b, matrix, s.batch, [window[d] for d in dims])
     data = transpose_to(b, operand, dims + rest)
     padded = valid is not None and reduction == "none"
     if padded:
@@ -449,57 +449,3 @@ def _scatter_in_order(b: Builder, data: ir.Value, idx: ir.Value, updates: ir.Val
         return [sb.op("ScatterND", current, row, combined)], []
 
     return loop(b, "scatter", count, [data], [TensorType(tuple(data_shape), dtype)], body)[0]
-
-
-# -- dynamic slices -------------------------------------------------------------------
-def _start_vector(b, starts: Sequence[ir.Value], high: Sequence[int]) -> ir.Value:
-    column = [reshape_to(b, b.cast(x, I64), [1]) for x in starts]
-    return _clamp(b, column[0] if len(column) == 1 else b.op("Concat", *column, axis=0), high)
-
-
-allow_dynamic("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")
-
-
-def _narrower(shape: Sequence[int], sizes: Sequence[int]) -> list[int]:
-    """The dims a window of `sizes` covers only in part: smaller than a static dim, or static in a symbolic one
-    (a symbolic size in a symbolic dim is jax's whole-dim window)."""
-    return [d for d, (n, k) in enumerate(zip(shape, sizes)) if (k < n if n >= 0 else k >= 0)]
-
-
-@register("stablehlo.dynamic_slice")
-def dynamic_slice(ctx: RuleContext, x, *starts, slice_sizes):
-    b = ctx.b
-    shape = ctx.in_types[0].shape
-    if symbolic.is_static(shape) and ctx.out_type.size == 0:
-        return b.splat(0, ctx.out_type.dtype, ctx.out_type.shape)
-    axes = _narrower(shape, slice_sizes)
-    if not axes:
-        return b.op("Identity", x)  # every start clamps to 0
-    begin = _start_vector(b, [starts[d] for d in axes], _high(b, x, shape, slice_sizes, axes))
-    end = b.op("Add", begin, b.shape_const([slice_sizes[d] for d in axes]))
-    return b.op("Slice", x, begin, end, b.shape_const(axes))
-
-
-@register("stablehlo.dynamic_update_slice")
-def dynamic_update_slice(ctx: RuleContext, x, update, *starts):
-    b = ctx.b
-    shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[1].shape
-    if symbolic.is_static(upd_shape) and ctx.in_types[1].size == 0:
-        return b.op("Identity", x)
-    dims = _narrower(shape, upd_shape)
-    if not dims:
-        return b.op("Identity", update)  # every start clamps to 0
-    rest = [d for d in range(len(shape)) if d not in dims]
-    begin = _start_vector(b, [starts[d] for d in dims], _high(b, x, shape, upd_shape, dims))
-    idx = _window_offsets(b, begin, [], [upd_shape[d] for d in dims])
-    perm = dims + rest
-    moved = transpose_to(b, update, perm)
-    wide = [upd_shape[d] for d in dims if upd_shape[d] > 1] + [shape[d] for d in rest]
-    if symbolic.is_static(wide):
-        updates = reshape_to(b, moved, wide)
-    else:  # the update's own symbolic sizes (its windowed dims are static and lead)
-        kept = [i for i, d in enumerate(dims) if upd_shape[d] > 1] + list(range(len(dims), len(shape)))
-        updates = symbolic.reshape(b, moved, [symbolic.dim(b, moved, i, ([upd_shape[d] for d in perm])[i])
-                                              for i in kept])
-    result = b.op("ScatterND", transpose_to(b, x, perm), idx, updates)
-    return transpose_to(b, result, np.argsort(perm).tolist())
