@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 from hlo2onnx import compat
+from hlo2onnx.types import FLOAT8
 
 _C = compat.ort_capi()
 _to_buffer = compat.dlpack_to_buffer  # the raw DLPack import (3.4 us against 50 us for the public one)
@@ -33,7 +34,6 @@ _ML_DTYPES = {
     np.dtype(ml_dtypes.float8_e4m3fn): (np.uint8, 17),
     np.dtype(ml_dtypes.float8_e5m2): (np.uint8, 19),
 }
-_FLOAT8 = frozenset(d for d, (_, onnx_type) in _ML_DTYPES.items() if onnx_type in (17, 19))
 # The graph holds complex tensors as float (real, imag) pairs on a trailing axis (hlo2onnx TensorType.storage).
 _COMPLEX_PAIRS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 # Initializers at least this large are handed to ORT as the translator's own numpy buffers
@@ -183,7 +183,7 @@ class OrtRunner:
                              if np.dtype(aval.dtype) in _COMPLEX_PAIRS}
         # float8 outputs: ORT before 1.32 exports them by no DLPack ("Unexpected data type of 19").
         self._float8_out = {i: np.dtype(aval.dtype) for i, aval in enumerate(self.out_avals)
-                            if np.dtype(aval.dtype) in _FLOAT8}
+                            if np.dtype(aval.dtype) in FLOAT8}
         self._plain_out = not self._bool_out and not self._complex_out and not self._float8_out
         self._device = jax.devices("cpu")[0]
         self._ort_cpu = _C.OrtDevice(_C.OrtDevice.cpu(), _C.OrtDevice.default_memory(), 0)
