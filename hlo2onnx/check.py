@@ -15,7 +15,7 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx import compat
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.loading import Loaded, function
-from hlo2onnx.types import element_dtype
+from hlo2onnx.types import element_dtype, is_typed_key
 
 if TYPE_CHECKING:
     from hlo2onnx.conversion import Conversion
@@ -98,7 +98,7 @@ def _complex_inputs(loaded: Loaded) -> set[int]:
     """Positions of the source's complex inputs (the ONNX model takes them as float pairs)."""
     if loaded.exported is not None:
         # (a typed PRNG key's dtype is no numpy dtype: read as its key data, uint32)
-        dtypes = [np.dtype(np.uint32 if _is_key(a.dtype) else a.dtype) for a in loaded.exported.in_avals]
+        dtypes = [np.dtype(np.uint32 if is_typed_key(a.dtype) else a.dtype) for a in loaded.exported.in_avals]
     else:
         with loaded.module.context:
             arguments = function(loaded.module, "main").regions[0].blocks[0].arguments
@@ -183,12 +183,12 @@ def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.nda
         def run_exported(arrays):
             # Typed PRNG keys cross as their key data, as the model holds them (jax has no public reader
             # of a key dtype's implementation but this attribute; mnjit/api.py reads it too).
-            arrays = [jax.random.wrap_key_data(a, impl=aval.dtype._impl) if _is_key(aval.dtype) else a
+            arrays = [jax.random.wrap_key_data(a, impl=aval.dtype._impl) if is_typed_key(aval.dtype) else a
                       for a, aval in zip(arrays, exported.in_avals)]
             args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, arrays)
             with jax.enable_x64(True):
                 results = jax.tree_util.tree_leaves(exported.call(*args, **kwargs))
-                return [np.asarray(jax.random.key_data(x) if _is_key(x.dtype) else x) for x in results]
+                return [np.asarray(jax.random.key_data(x) if is_typed_key(x.dtype) else x) for x in results]
         return _reference_errors(run_exported)
     # A plain module: compiled by jax's own backend, as jax.jit would.
     import jax.extend.backend as jax_backend
@@ -212,10 +212,6 @@ def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.nda
             results = executable.execute_sharded([jax.device_put(a, device) for a in arrays])
             return [np.asarray(shards[0]) for shards in results.disassemble_into_single_device_arrays()]
     return _reference_errors(run_module)
-
-
-def _is_key(dtype) -> bool:
-    return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
 
 
 def _reference_errors(run: Callable[[list[np.ndarray]], list[np.ndarray]]):

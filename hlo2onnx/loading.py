@@ -26,7 +26,7 @@ from hlo2onnx import compat
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.mlir_io import make_context, parse_module
 from hlo2onnx.translator import arg_name, unique_name
-from hlo2onnx.types import TensorType
+from hlo2onnx.types import TensorType, is_typed_key
 
 FORMATS = {
     "stablehlo-text": "StableHLO text",
@@ -274,7 +274,7 @@ def _stored(aval) -> TensorType:
     """How the graph holds an argument or result: complex as (real, imag) pairs (TensorType.storage), and a
     typed PRNG key (jax.random.key) as its key data, which is what the module holds (uint32[..., 2] for
     threefry)."""
-    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+    if is_typed_key(aval.dtype):
         aval = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(aval.shape, aval.dtype))
     return TensorType(tuple(aval.shape), np.dtype(aval.dtype)).storage
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import ml_dtypes
 import numpy as np
 import onnx_ir as ir
@@ -115,6 +116,11 @@ def is_unsigned(dtype: np.dtype) -> bool:
 
 def is_bool(dtype: np.dtype) -> bool:
     return np.dtype(dtype) == np.dtype(np.bool_)
+
+
+def is_typed_key(dtype) -> bool:
+    """Whether `dtype` is a typed PRNG key's (jax.random.key, any impl): modules hold its key data instead."""
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
 
 
 def set_type(value: ir.Value, ttype: TensorType) -> None:

@@ -17,6 +17,7 @@ import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
+from hlo2onnx.types import is_typed_key
 from mnjit import device, ffi, host_callbacks, jit_options, runtime, tiering, fallback as partitioned
 from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
@@ -73,7 +74,7 @@ class _Pending:
 
 
 def _is_key(aval) -> bool:
-    return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended)
+    return is_typed_key(aval.dtype)
 
 
 def _physical(aval):

@@ -34,6 +34,7 @@ import numpy as np
 
 from hlo2onnx import targets as target_table
 from hlo2onnx.check import compare
+from hlo2onnx.types import is_typed_key
 from mnjit import background, device
 from mnjit import fallback as partitioned
 
@@ -449,7 +450,7 @@ def _disagreement(actual: Sequence, expected: Sequence) -> str | None:
     if len(actual) != len(expected):
         return f"{len(actual)} outputs against {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
-        if isinstance(e, jax.Array) and jax.dtypes.issubdtype(e.dtype, jax.dtypes.extended):
+        if isinstance(e, jax.Array) and is_typed_key(e.dtype):
             a, e = jax.random.key_data(a), jax.random.key_data(e)  # typed PRNG keys: their key data
         _, problem = compare(np.asarray(a), np.asarray(e), scaled=True)
         if problem:
