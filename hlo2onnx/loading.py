@@ -9,6 +9,7 @@ them in a child process (docs/formats.md).
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -49,15 +50,35 @@ class Loaded:
     exported: export.Exported | None = None
 
 
-def read_source(source: str | os.PathLike) -> bytes:
-    """The bytes of a file; `-` reads stdin."""
+def read_source(source: str | os.PathLike, stream_bytes: int | None = None) -> bytes:
+    """The bytes of a file; `-` reads stdin. A stream (stdin, a pipe, a device) may give at most `stream_bytes`
+    (default: half the machine's memory): a regular file's size is known before reading, but a stream like
+    /dev/zero would otherwise be read until the process is killed."""
     if str(source) == "-":
-        return sys.stdin.buffer.read()
+        return _read_stream(sys.stdin.buffer, "stdin", stream_bytes)
     try:
         with open(source, "rb") as f:
-            return f.read()
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return f.read()
+            return _read_stream(f, os.fspath(source), stream_bytes)
     except OSError as e:
         raise InvalidInputError(f"cannot read {os.fspath(source)}: {e.strerror or e}") from None
+
+
+_CHUNK = 1 << 26
+
+
+def _read_stream(stream, name: str, limit: int | None) -> bytes:
+    if limit is None:
+        limit = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    chunks, size = [], 0
+    while chunk := stream.read(min(_CHUNK, limit + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise InvalidInputError(f"{name} gave more than {limit / 2**20:,.0f} MiB without ending; save the "
+                                    "model to a file and convert that")
+    return b"".join(chunks)
 
 
 def load(data: bytes | str, context: mlir.Context | None = None) -> Loaded:

@@ -373,3 +373,33 @@ def test_a_symbolic_link_keeps_pointing_at_the_written_model(tmp_path, capsys):
     code, _, err = run_in_process([source, "-o", link], capsys)
     assert code == 0, err
     assert link.is_symlink() and onnx.load(str(target)).graph.node
+
+
+def test_an_endless_stream_is_an_error_not_an_oom(tmp_path):
+    """/dev/zero, a pipe that never ends: read up to a bound (half the memory by default), then refused."""
+    from hlo2onnx.errors import InvalidInputError
+    from hlo2onnx.loading import read_source
+
+    fifo = str(tmp_path / "stream")
+    os.mkfifo(fifo)
+    text = jax.jit(model).lower(X, W).as_text().encode()
+
+    def write(count: int) -> None:
+        try:
+            with open(fifo, "wb") as f:
+                for _ in range(count):
+                    f.write(text)
+        except BrokenPipeError:  # the reader stopped at its bound
+            pass
+
+    for count, bound in ((1, len(text)), (3, 2 * len(text))):
+        writer = threading.Thread(target=write, args=(count,))
+        writer.start()
+        try:
+            if count == 1:
+                assert read_source(fifo, stream_bytes=bound) == text
+            else:
+                with pytest.raises(InvalidInputError, match="without ending"):
+                    read_source(fifo, stream_bytes=bound)
+        finally:
+            writer.join()
