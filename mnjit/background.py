@@ -19,6 +19,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stopped = False
+        self._busy = False
 
     def submit(self, job: Callable[[], None]) -> bool:
         with self._lock:
@@ -37,9 +38,16 @@ class Worker:
         while True:
             job = self._queue.get()
             if not self._stopped:
+                self._busy = True
                 job()  # jobs catch their own errors
+                self._busy = False
             # A daemon thread's frame outlives the interpreter: it must not keep a signature's runners alive.
             del job
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is running now (at exit: one that will not finish)."""
+        return self._busy
 
     def stop(self) -> None:
         """At exit: start no more jobs (a compile under way is not waited for)."""

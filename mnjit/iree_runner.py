@@ -15,6 +15,7 @@ not take are copied once.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import threading
 from collections import OrderedDict
@@ -29,10 +30,12 @@ import onnx
 import iree.compiler as iree_compiler
 import iree.runtime as iree_rt
 from iree.compiler.extras import onnx_importer
+from iree.runtime import _binding as iree_binding  # disable_leak_checker (in iree.runtime's _binding.pyi)
 from iree.compiler.ir import Context
 
 from hlo2onnx import compat
 from hlo2onnx.compat import mark_weak
+from mnjit import background
 from mnjit.iree_rewrite import for_iree
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
@@ -107,6 +110,17 @@ class _Runtime:
 _runtimes: dict[str, _Runtime] = {}
 _modules: OrderedDict[str, bytes] = OrderedDict()
 _lock = threading.Lock()
+
+
+def _quiet_abandoned_objects() -> None:
+    """At exit, target="auto" does not wait for a compile or trial under way in mnjit's background thread
+    (mnjit/background.py): the IREE objects its frame holds are reclaimed with the process, and nanobind would
+    print a screenful of "leaked instances/types/functions" about them."""
+    if background.WORKER.busy:
+        iree_binding.disable_leak_checker()
+
+
+atexit.register(_quiet_abandoned_objects)
 
 
 def runtime(driver: str = CPU.driver) -> _Runtime:
