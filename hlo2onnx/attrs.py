@@ -16,8 +16,9 @@ _DIALECT_DECODERS = {
     "dot_dimension_numbers": stablehlo.DotDimensionNumbers,
     "dimension_numbers": lambda a: a,  # gather/scatter/conv: the rule casts
 }
-# Hints that do not change the result on ONNX Runtime.
-_IGNORED = frozenset({"precision_config", "result_accuracy", "algorithm"})
+# Hints that do not change the result on ONNX Runtime, and the memory layouts XLA HLO text carries
+# (`{0,1}`: column-major), which XLA's importer leaves on ops as `result_layout` and `xla_shape`.
+_IGNORED = frozenset({"precision_config", "result_accuracy", "algorithm", "result_layout", "xla_shape"})
 
 _ARRAY_ATTRS = (ir.DenseI64ArrayAttr, ir.DenseI32ArrayAttr, ir.DenseBoolArrayAttr)
 

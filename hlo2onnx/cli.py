@@ -193,3 +193,7 @@ def _fail(message: str) -> None:
         sys.stderr.flush()
     except (AttributeError, OSError, ValueError):  # stderr closed: the exit status still tells
         pass
+
+
+if __name__ == "__main__":  # `python -m hlo2onnx.cli` as well as `python -m hlo2onnx`: not a silent no-op
+    sys.exit(main())

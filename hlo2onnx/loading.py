@@ -21,10 +21,10 @@ from jax import export
 from jax.extend import mlir as jax_mlir
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir import passmanager
-from jax.extend.mlir.dialects import stablehlo
+from jax.extend.mlir.dialects import chlo, stablehlo
 
 from hlo2onnx import compat
-from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
+from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
 from hlo2onnx.mlir_io import make_context, parse_module
 from hlo2onnx.translator import arg_name, unique_name
 from hlo2onnx.types import TensorType, is_typed_key
@@ -183,8 +183,75 @@ def _load_hlo_text(text: str, context: mlir.Context) -> Loaded:
         detail = next((line for line in lines if "error:" in line), lines[0] if lines else type(e).__name__)
         raise InvalidInputError(f"cannot parse HLO text: {detail}") from None
     module = parse_module(bytecode, context)
+    _mhlo_as_chlo(module)
+    _untuple_custom_calls(module)
+    with module.context:  # the importer leaves the tuples of flattened while loops behind, unread
+        for op in _ops_named(module, ("stablehlo.tuple",)):
+            if not any(True for _ in op.results[0].uses):
+                op.erase()
     name = text.lstrip().split(None, 2)[1].rstrip(",")
     return Loaded("hlo-text", module, name)
+
+
+_MHLO_AS_CHLO = ("mhlo.erf", "mhlo.topk")
+
+
+def _ops_named(module: mlir.Module, names: tuple[str, ...]) -> list[mlir.Operation]:
+    """Every op of `module` named one of `names`, nested regions included."""
+    found = []
+
+    def visit(op: mlir.Operation) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    if inner.operation.name in names:
+                        found.append(inner.operation)
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return found
+
+
+def _untuple_custom_calls(module: mlir.Module) -> None:
+    """HLO's custom calls with several results (LAPACK's getrf, syevd, gesdd...) return one tuple, read by
+    get_tuple_element; jax's StableHLO gives them as many results, which is what the rules read. Each becomes
+    the same call with the tuple's elements as results (its output aliasing, a memory hint, dropped)."""
+    with module.context:
+        for op in _ops_named(module, ("stablehlo.custom_call",)):
+            if len(op.results) != 1 or not isinstance(op.results[0].type, mlir.TupleType):
+                continue
+            readers = [use.owner for use in op.results[0].uses]
+            if any(reader.name != "stablehlo.get_tuple_element" for reader in readers):
+                continue  # a tuple passed on whole: left for the rule to refuse by name
+            tuple_type = op.results[0].type
+            attributes = {name: op.attributes[name] for name in op.attributes if name != "output_operand_aliases"}
+            with mlir.InsertionPoint(op), op.location:
+                new = mlir.Operation.create("stablehlo.custom_call", results=[tuple_type.get_type(i) for i in
+                                                                             range(tuple_type.num_types)],
+                                            operands=list(op.operands), attributes=attributes)
+            for reader in readers:
+                index = mlir.IntegerAttr(reader.attributes["index"]).value
+                reader.results[0].replace_all_uses_with(new.results[index])
+                reader.erase()
+            op.erase()
+
+
+def _mhlo_as_chlo(module: mlir.Module) -> None:
+    """XLA's HLO importer keeps HLO's erf and top-k as mhlo ops, which StableHLO has as chlo.erf and
+    chlo.top_k (what jax lowers them to): the same semantics, so they become those, legalized with the rest."""
+    with module.context:
+        for op in _ops_named(module, _MHLO_AS_CHLO):
+            types = [result.type for result in op.results]
+            with mlir.InsertionPoint(op), op.location:
+                if op.name == "mhlo.erf":
+                    new = chlo.ErfOp(op.operands[0], results=types).operation
+                elif "largest" in op.attributes and not mlir.BoolAttr(op.attributes["largest"]).value:
+                    raise UnsupportedOpError("mhlo.topk", None, "the smallest k (largest = false)")
+                else:
+                    new = chlo.TopKOp(op.operands[0], mlir.IntegerAttr(op.attributes["k"]).value, results=types).operation
+            for old, result in zip(op.results, new.results):
+                old.replace_all_uses_with(result)
+            op.erase()
 
 
 def module_name(module: mlir.Module) -> str:

@@ -84,6 +84,13 @@ CHECKED = {
     "schur-complex": (lambda a: jsl.schur(jnp.triu(a)), (Z33,)),
     "schur-trace": (lambda a: jnp.trace(jsl.schur(a)[0]), (A3,)),
     "schur-complex-trace": (lambda a: jnp.trace(jsl.schur(a, output="complex")[0]), (A3,)),
+    # XLA HLO text keeps erf and top_k as mhlo ops, gives multi-result custom calls one tuple, and leaves
+    # layouts ({0,1}) on transposes
+    "erf": (lax.erf, (rand((5,), seed=3),)),
+    "top_k": (lambda x: lax.top_k(x, 3), (rand((9,), seed=4),)),
+    "solve": (lambda a: jnp.linalg.solve(a, a[0]), (A3,)),
+    "lu": (lambda a: tuple(jsl.lu(a)), (A3,)),
+    "eigh": (lambda a: jnp.linalg.eigh(a + a.T)[0], (A3,)),
 }
 
 
@@ -91,13 +98,15 @@ CHECKED = {
 TEXT_ONLY = {"ormqr", "qr-pivoting", "ormqr-complex", "qr-pivoting-complex", "schur-complex", "schur-complex-trace"}
 
 
-@pytest.mark.parametrize("case, fmt", [(case, fmt) for case in CHECKED for fmt in ("stablehlo-text", "jax-export")
-                                       if fmt == "stablehlo-text" or case not in TEXT_ONLY])
+@pytest.mark.parametrize("case, fmt", [(case, fmt) for case in CHECKED for fmt in ("stablehlo-text", "jax-export", "hlo-text")
+                                       if fmt != "jax-export" or case not in TEXT_ONLY])
 def test_check_agrees_on_lapack_and_complex_modules(case, fmt, tmp_path, capsys):
     fun, args = CHECKED[case]
     source = tmp_path / "model.bin"
     if fmt == "stablehlo-text":
         source.write_text(jax.jit(fun).lower(*args).as_text())
+    elif fmt == "hlo-text":
+        source.write_text(jax.jit(fun).lower(*args).as_text(dialect="hlo"))
     else:
         source.write_bytes(bytes(export.export(jax.jit(fun))(*args).serialize()))
     status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--check"], capsys)

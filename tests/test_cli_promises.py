@@ -324,6 +324,19 @@ def test_the_entry_point_imports_nothing_heavy():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", ["hlo2onnx", "hlo2onnx.cli"])
+def test_python_dash_m_converts(module, tmp_path):
+    """`python -m hlo2onnx.cli` ran the module without calling main: no model, no message, exit status 0."""
+    source, target = tmp_path / "m.mlir", tmp_path / "m.onnx"
+    source.write_text(lowered().as_text())
+    done = subprocess.run([PYTHON, "-m", module, str(source), "-o", str(target)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    feeds = dict(zip((i.name for i in session.get_inputs()), (X, W)))
+    np.testing.assert_allclose(session.run(None, feeds)[0], jax.jit(model)(X, W), rtol=1e-6)
+
+
 def _full_device(tmp_path):
     """A character device like /dev/full (writes fail with ENOSPC), made in tmp_path so a regression that
     renamed over it could not replace the machine's own."""
