@@ -91,6 +91,7 @@ CHECKED = {
     "solve": (lambda a: jnp.linalg.solve(a, a[0]), (A3,)),
     "lu": (lambda a: tuple(jsl.lu(a)), (A3,)),
     "eigh": (lambda a: jnp.linalg.eigh(a + a.T)[0], (A3,)),
+    "argmax": (lambda a: (jnp.argmax(a, 1), jnp.argmin(a, 0)), (A3,)),  # HLO text broadcasts a 1-d iota
 }
 
 

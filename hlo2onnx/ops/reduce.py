@@ -213,9 +213,7 @@ def _arg_reduce(ctx: RuleContext, x, indices, x_init, index_init, *, dimensions,
     The first extreme wins ties; for floats the first NaN wins, as in JAX.
     """
     direction = _first_compare_direction(body)
-    iota = ctx.hlo_op.operands[1].owner
-    if (len(dimensions) != 1 or direction not in ("GT", "LT") or isinstance(iota, mlir.Block)
-            or iota.name not in ("stablehlo.iota", "stablehlo.dynamic_iota") or iota.attributes["iota_dimension"].value != dimensions[0]):
+    if len(dimensions) != 1 or direction not in ("GT", "LT") or _iota_dimension(ctx.hlo_op.operands[1]) != dimensions[0]:
         raise NotImplementedError("variadic reduce that is not JAX's argmax/argmin")
     b = ctx.b
     axis = dimensions[0]
@@ -235,6 +233,20 @@ def _arg_reduce(ctx: RuleContext, x, indices, x_init, index_init, *, dimensions,
     if unsigned64:
         values = flip_top_bit(b, values, back=True)
     return values, b.cast(index, ctx.out_types[1].dtype)
+
+
+def _iota_dimension(value: mlir.Value) -> int | None:
+    """The dimension along which `value` counts 0, 1, 2...: an iota's, or (in XLA HLO text, whose argmax
+    broadcasts a 1-d iota) the dimension a broadcast_in_dim puts a 1-d iota's on."""
+    op = value.owner
+    if isinstance(op, mlir.Block):
+        return None
+    if op.name in ("stablehlo.iota", "stablehlo.dynamic_iota"):
+        return op.attributes["iota_dimension"].value
+    if op.name == "stablehlo.broadcast_in_dim" and _iota_dimension(op.operands[0]) == 0 \
+            and len(op.operands[0].type.shape) == 1:
+        return op.attributes["broadcast_dimensions"][0]
+    return None
 
 
 def _first_compare_direction(body) -> str | None:
