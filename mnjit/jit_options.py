@@ -14,6 +14,11 @@ def describe(key: tuple) -> str:
     return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
 
 
+def strip_weak_types(key: tuple) -> tuple:
+    """A signature (a cache key) with every argument's weak type dropped."""
+    return (key[0], tuple((shape, dtype, False) for shape, dtype, _ in key[1]), *key[2:])
+
+
 def check_placement(target: hlo2onnx.Target, device: Any, backend: str | None, in_shardings: Any,
                     out_shardings: Any) -> None:
     """jax.jit's placement options, accepted where they name the device the target runs on already."""
