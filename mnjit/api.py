@@ -372,11 +372,11 @@ class MnjitFunction:
                 other = key
             if other == key:
                 return self._call(args, kwargs)
-            if jit_options.strip_weak_types(other) != jit_options.strip_weak_types(key):
+            if jit_options.call_types(other) != jit_options.call_types(key):
                 raise TypeError(f"{self.__name__} was compiled for {jit_options.describe(key)} and called with "
                                 f"{jit_options.describe(other)}")
             # jax's Compiled checks types without their weakness (a Python float for a float32[] argument, or a
-            # float32[] for a weak one) and runs what it compiled: so does this, not another signature.
+            # float32[] for a weak one) or the x64 mode, and runs what it compiled: so does this.
             entry = self._lookup_or_compile(key, lowered_args, kwargs, lowered=lowered)
             return jax.tree_util.tree_unflatten(entry.out_tree, entry.runner.run(leaves))
         return Compiled(lowered, call)

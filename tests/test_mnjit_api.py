@@ -260,6 +260,17 @@ def test_compiled_accepts_another_weak_type_and_runs_its_own_signature(lowered_w
     assert_same(compiled(x, called_with), expected)  # weak types as the lowering's, as jax's
 
 
+def test_compiled_runs_under_another_x64_mode():
+    def fun(x):
+        return x * 2, jnp.arange(3) + x.astype(int)
+    x = rand((3,))
+    compiled, expected = mnjit(fun).lower(x).compile(), jax.jit(fun).lower(x).compile()
+    with jax.enable_x64(True):
+        assert_same(compiled(x), expected(x))
+        with pytest.raises(TypeError, match=r"called with .*float64\[3\]"):
+            compiled(x.astype(np.float64))
+
+
 @pytest.mark.parametrize("static", [False, True], ids=["no_static", "static"])
 def test_compiled_without_static_arguments_takes_its_own_signature(static):
     """jax's Compiled called with the lowering's own signature runs (the arguments' tuple is the cache key's
