@@ -44,7 +44,7 @@ CASES = [
     Case("all_to_all", on_mesh(lambda v: lax.all_to_all(v[None], "d", 0, 0)[0]), (x23,)),  # jax elides it
     Case("mesh_2d", on_mesh(lambda v: lax.psum(v, ("a", "b")) + lax.axis_index("b"), _MESH_2D, P("a", "b")),
          (x23,)),
-    Case("grad", jax.grad(lambda x: on_mesh(lambda v: v * lax.psum(v.sum(), "d"))(x).sum()), (x23,)),
+    Case("grad_psum", jax.grad(lambda x: on_mesh(lambda v: v * lax.psum(v.sum(), "d"))(x).sum()), (x23,)),
     Case("psum_f64", on_mesh(lambda v: lax.psum(v, "d")), (x23.astype(np.float64),), x64=True),
 ]
 
