@@ -207,6 +207,8 @@ RAW = [
     Case("scatter_whole_set", lambda x, u: x.at[...].set(u), (x54, upd44[:, :4].repeat(2, 0)[:5])),
     Case("scatter_whole_add_0d", lambda x, u: x.at[()].add(u), (np.float32(1.5), np.float32(-4.0))),
     Case("scatter_whole_apply", lambda x: x.at[:].apply(jnp.sin), (x54,)),
+    Case("scatter_whole_mul_c64", lambda x, u: x.at[...].multiply(u),
+         ((x54 + 1j * x54[::-1]).astype(np.complex64), (x54[::-1] - 2j).astype(np.complex64))),
     Case("scatter_whole_rows_add", lambda x, i, u: lax.scatter_add(
         x, i, u, _SD(update_window_dims=(0, 2), inserted_window_dims=(), scatter_dims_to_operand_dims=())),
          (x54, np.zeros((3, 0), I32), rand((5, 3, 4), seed=2))),
