@@ -6,6 +6,7 @@ translation time: the MLIR `inline` pass leaves JAX's private functions alone.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections import ChainMap
 from dataclasses import dataclass
@@ -70,6 +71,10 @@ class Translator:
         self.target = target
         self.opset = opset
         self.host_callbacks = host_callbacks
+        # Devices the module was lowered for: collectives over one device are identities (ops/sharding.py).
+        self.devices = math.prod(mlir.IntegerAttr(module_op.attributes[name]).value
+                                 for name in ("mhlo.num_partitions", "mhlo.num_replicas")
+                                 if name in module_op.attributes)
         self._sites = itertools.count()
         self.functions = {
             mlir.StringAttr(op.attributes["sym_name"]).value: op

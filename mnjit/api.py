@@ -368,13 +368,18 @@ class MnjitFunction:
             args = tuple(args)  # the key's tree holds the arguments' tuple: a list is another structure
             kwargs = {**dynamic_kwargs, **static_kwargs}
             try:
-                other = self._key(args, kwargs)[0]
+                other, leaves = self._key(args, kwargs)
             except _TracerSeen:  # under a transformation: as the function itself (jax.jit's behaviour)
                 other = key
-            if other != key:
+            if other == key:
+                return self._call(args, kwargs)
+            if jit_options.call_types(other) != jit_options.call_types(key):
                 raise TypeError(f"{self.__name__} was compiled for {jit_options.describe(key)} and called with "
                                 f"{jit_options.describe(other)}")
-            return self._call(args, kwargs)
+            # jax's Compiled checks types without their weakness (a Python float for a float32[] argument, or a
+            # float32[] for a weak one) or the x64 mode, and runs what it compiled: so does this.
+            entry = self._lookup_or_compile(key, lowered_args, kwargs, lowered=lowered)
+            return jax.tree_util.tree_unflatten(entry.out_tree, entry.runner.run(leaves))
         return Compiled(lowered, call)
 
     def trace(self, *args, **kwargs) -> jax.stages.Traced:

@@ -14,6 +14,12 @@ def describe(key: tuple) -> str:
     return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
 
 
+def call_types(key: tuple) -> tuple:
+    """What jax's Compiled checks a call's signature (a cache key) against: its structure, static values and
+    argument types without their weak types, whatever the x64 mode."""
+    return key[0], tuple((shape, dtype) for shape, dtype, _ in key[1]), key[2]
+
+
 def check_placement(target: hlo2onnx.Target, device: Any, backend: str | None, in_shardings: Any,
                     out_shardings: Any) -> None:
     """jax.jit's placement options, accepted where they name the device the target runs on already."""

@@ -357,6 +357,22 @@ def test_optimistix_newton_root_find():
     np.testing.assert_allclose(np.asarray(value), [2.0, 3.0], rtol=1e-5)
 
 
+def test_optimistix_nelder_mead_minimise():
+    """NelderMead shrinks its simplex with `simplex.at[...].set(...)`: a scatter without index columns. In x64,
+    where XLA's fused multiply-adds do not move f32's step count by one."""
+    optx = pytest.importorskip("optimistix")
+
+    def minimise(y0):
+        sol = optx.minimise(lambda y, _: jnp.sum((y - jnp.array([1.0, -2.0])) ** 2) + y[0] * y[1] * 0.1,
+                            optx.NelderMead(rtol=1e-8, atol=1e-8), y0, max_steps=500)
+        return sol.value, sol.stats["num_steps"]
+    with jax.enable_x64(True):
+        y0 = jnp.zeros(2)
+        (value, steps), (value_jit, steps_jit) = mnjit(minimise)(y0), jax.jit(minimise)(y0)
+    assert int(steps) == int(steps_jit)
+    np.testing.assert_allclose(np.asarray(value), np.asarray(value_jit), rtol=1e-12)
+
+
 def test_lineax_linear_solve():
     lx = pytest.importorskip("lineax")
 

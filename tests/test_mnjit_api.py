@@ -245,6 +245,32 @@ def test_compiled_refuses_another_signature():
         compiled(rand((3, 2)))
 
 
+@pytest.mark.parametrize("lowered_with, called_with", [
+    (2.0, np.float32(3.0)),  # lowered with a Python float, called with a float32 scalar
+    (np.float32(2.0), 3.0),  # and the other way round: jax's Compiled checks types without weakness
+    (2, jnp.int32(3)),
+], ids=["weak_lowered", "weak_called", "weak_int_lowered"])
+@pytest.mark.parametrize("fallback", [False, True], ids=["whole", "fallback"])
+def test_compiled_accepts_another_weak_type_and_runs_its_own_signature(lowered_with, called_with, fallback):
+    def fun(x, y):
+        return y * 2, x + y
+    x = rand((3,))
+    compiled = mnjit(fun, fallback=fallback).lower(x, lowered_with).compile()
+    expected = jax.jit(fun).lower(x, lowered_with).compile()(x, called_with)
+    assert_same(compiled(x, called_with), expected)  # weak types as the lowering's, as jax's
+
+
+def test_compiled_runs_under_another_x64_mode():
+    def fun(x):
+        return x * 2, jnp.arange(3) + x.astype(int)
+    x = rand((3,))
+    compiled, expected = mnjit(fun).lower(x).compile(), jax.jit(fun).lower(x).compile()
+    with jax.enable_x64(True):
+        assert_same(compiled(x), expected(x))
+        with pytest.raises(TypeError, match=r"called with .*float64\[3\]"):
+            compiled(x.astype(np.float64))
+
+
 @pytest.mark.parametrize("static", [False, True], ids=["no_static", "static"])
 def test_compiled_without_static_arguments_takes_its_own_signature(static):
     """jax's Compiled called with the lowering's own signature runs (the arguments' tuple is the cache key's

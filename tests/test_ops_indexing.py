@@ -203,6 +203,18 @@ RAW = [
     Case("scatter_set_window_past_end", lambda x, i, u: lax.scatter(
         x, i, u, _SD(update_window_dims=(1,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)),
         mode=_DROP), (rand((6,)), idx(0, 4, 5, -1)[:, None], rand((4, 2), seed=2))),
+    # No index columns: every window is the whole operand (x.at[...].set(y), optimistix's NelderMead).
+    Case("scatter_whole_set", lambda x, u: x.at[...].set(u), (x54, upd44[:, :4].repeat(2, 0)[:5])),
+    Case("scatter_whole_add_0d", lambda x, u: x.at[()].add(u), (np.float32(1.5), np.float32(-4.0))),
+    Case("scatter_whole_apply", lambda x: x.at[:].apply(jnp.sin), (x54,)),
+    Case("scatter_whole_mul_c64", lambda x, u: x.at[...].multiply(u),
+         ((x54 + 1j * x54[::-1]).astype(np.complex64), (x54[::-1] - 2j).astype(np.complex64))),
+    Case("scatter_whole_rows_add", lambda x, i, u: lax.scatter_add(
+        x, i, u, _SD(update_window_dims=(0, 2), inserted_window_dims=(), scatter_dims_to_operand_dims=())),
+         (x54, np.zeros((3, 0), I32), rand((5, 3, 4), seed=2))),
+    Case("scatter_whole_rows_max_nan", lambda x, i, u: lax.scatter_max(
+        x, i, u, _SD(update_window_dims=(1,), inserted_window_dims=(), scatter_dims_to_operand_dims=())),
+         (_nan_x, np.zeros((2, 0), I32), np.array([_nan_u[1:], _nan_u[:5]]))),
     Case("scatter_mul_2d_windows", lambda x, i, u: lax.scatter_mul(
         x, i, u, _SD(update_window_dims=(0, 2), inserted_window_dims=(), scatter_dims_to_operand_dims=(1, 0)),
         mode=_DROP), (x54, np.array([[0, 3], [2, 0], [1, 2]], I32), rand((2, 3, 2), seed=2))),

@@ -407,7 +407,7 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
         matrix = b.op("Concat", matrix, zeros, axis=-1)
     dims = dims + partial
     if not dims:
-        raise NotImplementedError("scatter without index columns")
+        return _scatter_whole(b, operand, updates, labels, s.batch, shape, reduction, combine, dtype)
     rest = [d for d in range(rank) if d not in dims]
     target = ([("b", j) for j in range(len(s.batch))] + [("o", d) for d in dims if window[d] > 1]
               + [("o", d) for d in rest])
@@ -432,6 +432,26 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     if padded:
         result = _crop(b, result, [shape[dims[0]] + window[dims[0]] if static else -1], [sizes[dims[0]]], [0])
     return transpose_to(b, result, np.argsort(dims + rest).tolist())
+
+
+def _scatter_whole(b: Builder, operand: ir.Value, updates: ir.Value, labels: list, batch: list, shape: list,
+                   reduction: str, combine: Combine | None, dtype: np.dtype) -> ir.Value:
+    """A scatter without index columns (`x.at[...].set(y)`): every window is the whole operand. The operand gets
+    a leading unit axis that every update row indexes at 0, so ScatterND applies them as XLA does."""
+    if not symbolic.is_static(batch):
+        raise NotImplementedError("scatter without index columns over symbolic batch dimensions")
+    rank = len(shape)
+    updates = _arrange(b, updates, labels, [("b", j) for j in range(len(batch))] + [("o", d) for d in range(rank)],
+                       batch + list(shape))
+    data = b.op("Unsqueeze", operand, b.shape_const([0]))
+    idx = b.splat(0, I64, batch + [1])
+    if combine is None:
+        result = _scatter_node(b, "ScatterND", data, idx, updates, dtype, reduction)
+    elif not symbolic.is_static(shape):
+        raise NotImplementedError("a scatter body no ONNX reduction expresses, over symbolic dimensions")
+    else:
+        result = _scatter_in_order(b, data, idx, updates, combine, [1, *shape], 1, int(np.prod(batch)), dtype)
+    return b.op("Squeeze", result, b.shape_const([0]))
 
 
 def _scatter_in_order(b: Builder, data: ir.Value, idx: ir.Value, updates: ir.Value, combine: Combine,
