@@ -95,13 +95,12 @@ def _known_within(s: _Starts, high: Sequence[symbolic.Dim]) -> bool:
 
 def start_bounds(b, operand: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]):
     """The largest start of each of `dims` whose window still fits (`dim - size`): an int, or a 1-element
-    int64 tensor where the operand's dim is symbolic."""
+    int64 tensor where the operand's dim or the size (a dynamic_gather's) is symbolic."""
     high: list[symbolic.Dim] = []
     for d in dims:
-        if not isinstance(sizes[d], int) or sizes[d] < 0:
+        if isinstance(sizes[d], int) and sizes[d] < 0:
             raise NotImplementedError(f"a window of symbolic size along indexed dimension {d}")
-        n = symbolic.dim(b, operand, d, shape[d])
-        high.append(n - sizes[d] if isinstance(n, int) else b.op("Sub", n, b.shape_const([sizes[d]])))
+        high.append(symbolic.difference(b, symbolic.dim(b, operand, d, shape[d]), sizes[d]))
     return high
 
 
@@ -233,6 +232,16 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
     dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
     target = _labels(len(out_shape), dn.offset_dims, [d for d in range(rank) if d not in dropped])
     batch_labels = [("b", j) for j in range(len(s.batch))]
+    symbolic_window = [d for d in s.dims if not isinstance(slice_sizes[d], int)]
+    if symbolic_window and not s.batch:
+        # One window (jnp's x[:, 1:] over a symbolic dim): a Slice, which takes run-time sizes.
+        end = b.op("Add", s.matrix, symbolic.shape_value(b, [slice_sizes[d] for d in s.dims]))
+        result = b.op("Slice", operand, s.matrix, end, b.shape_const(s.dims))
+        result = _crop(b, result, shape, slice_sizes, [d for d in range(rank) if d not in s.dims])
+        return _arrange(b, result, [("o", d) for d in range(rank)], target, out_shape)
+    if symbolic_window:
+        raise NotImplementedError(f"a window of symbolic size along indexed dimension {symbolic_window[0]} "
+                                  "for several start indices")
 
     elements = _elements_form(s, rank, slice_sizes)
     if elements is not None:
