@@ -1,5 +1,6 @@
-"""Symbolic-dim exports that used to be refused: slices of symbolic size (jnp's x[:, 1:], jnp.diff: a
-stablehlo.dynamic_gather whose window is symbolic).
+"""Symbolic-dim exports that used to be refused or wrong: slices of symbolic size (jnp's x[:, 1:], jnp.diff: a
+stablehlo.dynamic_gather whose window is symbolic) and dynamic_update_slice with an update of symbolic size (its
+symbolic dims are not necessarily the operand's).
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes.
 """
@@ -15,6 +16,15 @@ from test_dynamic_export import Arg, DynCase, check_symbolic, I32
 SIZES = [{"b": 1, "s": 1, "t": 3}, {"b": 3, "s": 4, "t": 7}, {"b": 17, "s": 20, "t": 20}]
 
 
+def update_columns(x, u, i):
+    return lax.dynamic_update_slice_in_dim(x, u, i, axis=1)
+
+
+def update_rows_in_loop(x, u):
+    """A fori_loop writing u (s rows) at rows 0, 1, 2 of x (t rows)."""
+    return lax.fori_loop(0, 3, lambda i, c: lax.dynamic_update_slice_in_dim(c, u * i, i, axis=0), x)
+
+
 SLICES = [
     DynCase("slice_tail", lambda x: x[:, 1:], [Arg("b, t")], sizes=SIZES),
     DynCase("slice_both_ends", lambda x: x[1:, 1:-1], [Arg("b, t")], sizes=SIZES),
@@ -28,7 +38,24 @@ SLICES = [
             constraints=["t <= 32"]),
 ]
 
+UPDATES = [
+    DynCase("update_columns_two_symbols", update_columns, [Arg("b, t"), Arg("b, s"), Arg("", I32, -2, 9)],
+            sizes=SIZES, constraints=["s <= t"]),
+    DynCase("update_rows_two_symbols", lambda x, u, i: lax.dynamic_update_slice_in_dim(x, u, i, axis=0),
+            [Arg("t, b"), Arg("s, b"), Arg("", I32, -2, 9)], sizes=SIZES, constraints=["s <= t"]),
+    DynCase("update_block_two_symbols", lambda x, u, i, j: lax.dynamic_update_slice(x, u, (i, i, j)),
+            [Arg("b, t, t"), Arg("1, s, s"), Arg("", I32, -2, 9), Arg("", I32, -2, 9)], sizes=SIZES,
+            constraints=["s <= t"]),
+    DynCase("update_symbolic_into_static", update_columns, [Arg("b, 20"), Arg("b, t"), Arg("", I32, -2, 22)],
+            sizes=SIZES, constraints=["t <= 20"]),
+    DynCase("update_bool_two_symbols", update_columns, [Arg("b, t", bool, 0, 2), Arg("b, s", bool, 0, 2),
+                                                        Arg("", I32, -2, 9)], sizes=SIZES, constraints=["s <= t"]),
+    DynCase("update_rows_in_loop", update_rows_in_loop, [Arg("t, b"), Arg("s, b")], sizes=SIZES,
+            constraints=["s <= t"]),
+]
+
+
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
-@pytest.mark.parametrize("case", SLICES, ids=repr)
+@pytest.mark.parametrize("case", SLICES + UPDATES, ids=repr)
 def test_symbolic_windows(case: DynCase, x64: bool):
     check_symbolic(case, x64)

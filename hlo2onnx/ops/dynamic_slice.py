@@ -48,6 +48,8 @@ def dynamic_update_slice(ctx: RuleContext, x, update, *starts):
     shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[1].shape
     if symbolic.is_static(upd_shape) and ctx.in_types[1].size == 0:
         return b.op("Identity", x)
+    if not symbolic.is_static(upd_shape):
+        return _update_by_mask(b, x, update, starts, shape, upd_shape, ctx.out_type.dtype)
     dims = _narrower(shape, upd_shape)
     if not dims:
         return b.op("Identity", update)  # every start clamps to 0
@@ -65,3 +67,27 @@ def dynamic_update_slice(ctx: RuleContext, x, update, *starts):
                                               for i in kept])
     result = b.op("ScatterND", transpose_to(b, x, perm), idx, updates)
     return transpose_to(b, result, np.argsort(perm).tolist())
+
+
+def _update_by_mask(b, x, update, starts: Sequence[ir.Value], shape: Sequence[int], upd_shape: Sequence[int],
+                    dtype: np.dtype) -> ir.Value:
+    """dynamic_update_slice of an update with symbolic dims: the update padded out to the operand's shape at
+    the clamped starts, and a mask padded alike choosing it. A symbolic update dim in a symbolic operand dim
+    may be a different, smaller dim (x of (b, t), u of (b, s)), so its extent is read at run time too."""
+    lo: list[symbolic.Dim] = []
+    hi: list[symbolic.Dim] = []
+    for d, (n, k) in enumerate(zip(shape, upd_shape)):
+        if n >= 0 and k == n:  # a static whole dim (a complex value's pair axis too, which has no start)
+            lo.append(0)
+            hi.append(0)
+            continue
+        high = symbolic.difference(b, symbolic.dim(b, x, d, n), symbolic.dim(b, update, d, k))
+        begin = _start_vector(b, [starts[d]], [high])
+        lo.append(begin)
+        hi.append(symbolic.difference(b, high, begin))
+    pads = symbolic.shape_value(b, lo + hi)
+    padded = b.typed("Pad", update, pads, b.const(np.zeros((), dtype)), dtype=dtype, cast=(0, 2), mode="constant")
+    inside = b.op("ConstantOfShape", b.op("Shape", update), value=ir.tensor(np.ones(1, np.bool_)))
+    mask = b.typed("Pad", inside, pads, b.const(np.zeros((), np.bool_)), dtype=np.dtype(np.bool_), cast=(0, 2),
+                   mode="constant")
+    return b.typed("Where", mask, padded, x, dtype=dtype, cast=(1, 2))
