@@ -1,6 +1,6 @@
 """Symbolic-dim exports that used to be refused or wrong: slices of symbolic size (jnp's x[:, 1:], jnp.diff: a
 stablehlo.dynamic_gather whose window is symbolic) and dynamic_update_slice with an update of symbolic size (its
-symbolic dims are not necessarily the operand's).
+symbolic dims are not necessarily the operand's, also where a loop writes it as a row of a stacked result).
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes.
 """
@@ -23,6 +23,11 @@ def update_columns(x, u, i):
 def update_rows_in_loop(x, u):
     """A fori_loop writing u (s rows) at rows 0, 1, 2 of x (t rows)."""
     return lax.fori_loop(0, 3, lambda i, c: lax.dynamic_update_slice_in_dim(c, u * i, i, axis=0), x)
+
+
+def stack_rows(c, u):
+    """fori_loop's row i written with u (s columns) into c (t columns): not a scan output, which would be s wide."""
+    return lax.fori_loop(0, 4, lambda i, c: lax.dynamic_update_slice(c, (u * i)[None], (i, 0 * i, 0 * i)), c)
 
 
 SLICES = [
@@ -52,6 +57,8 @@ UPDATES = [
                                                         Arg("", I32, -2, 9)], sizes=SIZES, constraints=["s <= t"]),
     DynCase("update_rows_in_loop", update_rows_in_loop, [Arg("t, b"), Arg("s, b")], sizes=SIZES,
             constraints=["s <= t"]),
+    DynCase("stack_rows_two_symbols", stack_rows, [Arg("4, b, t"), Arg("b, s")], sizes=SIZES, constraints=["s <= t"]),
+    DynCase("stack_rows_same_symbols", stack_rows, [Arg("4, b, t"), Arg("b, t")], sizes=SIZES),
 ]
 
 
