@@ -128,23 +128,36 @@ def clamp_starts(b, starts: ir.Value, high: Sequence[int]) -> ir.Value:
     return b.op("Max", clipped, b.const(np.zeros(1, I64)))
 
 
-def window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[int]) -> ir.Value:
-    """starts (batch + [K]) plus every offset of a window of `sizes` (one per column).
+def window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[symbolic.Dim]) -> ir.Value:
+    """starts (batch + [K]) plus every offset of a window of `sizes` (one per column; a symbolic size is a
+    1-element int64 tensor).
 
-    Gives batch + [sizes above 1] + [K]: only windows wider than one element get an axis.
+    Gives batch + [sizes above 1, and symbolic ones] + [K]: only windows wider than one element get an axis.
     """
-    wide = [k for k, n in enumerate(sizes) if n > 1]
+    wide = [k for k, n in enumerate(sizes) if not isinstance(n, int) or n > 1]
     if not wide:
         return starts
-    grid = np.indices([sizes[k] for k in wide], dtype=np.int64)
-    offsets = np.zeros([sizes[k] for k in wide] + [len(sizes)], np.int64)
-    for axis, k in enumerate(wide):
-        offsets[..., k] = grid[axis]
+    if all(isinstance(n, int) for n in sizes):
+        grid = np.indices([sizes[k] for k in wide], dtype=np.int64)
+        offsets = np.zeros([sizes[k] for k in wide] + [len(sizes)], np.int64)
+        for axis, k in enumerate(wide):
+            offsets[..., k] = grid[axis]
+    else:  # each column's offsets a run-time Range along its own axis, broadcast into the grid by the sums
+        offsets = None
+        for axis, k in enumerate(wide):
+            aligned = [1] * axis + [-1] + [1] * (len(wide) - axis - 1) + [1]
+            if isinstance(sizes[k], int):
+                line = b.const(np.arange(sizes[k], dtype=np.int64).reshape(aligned))
+            else:
+                n = b.op("Squeeze", sizes[k], b.shape_const([0]))
+                line = reshape_to(b, b.op("Range", b.const(np.int64(0)), n, b.const(np.int64(1))), aligned)
+            column = b.op("Mul", line, b.const(np.eye(len(sizes), dtype=np.int64)[k]))
+            offsets = column if offsets is None else b.op("Add", offsets, column)
     if symbolic.is_static(batch):
         starts = reshape_to(b, starts, batch + [1] * len(wide) + [len(sizes)])
     else:
         starts = b.op("Unsqueeze", starts, b.shape_const(list(range(len(batch), len(batch) + len(wide)))))
-    return b.op("Add", starts, b.const(offsets))
+    return b.op("Add", starts, b.const(offsets) if isinstance(offsets, np.ndarray) else offsets)
 
 
 # -- layout -------------------------------------------------------------------------
