@@ -6,6 +6,7 @@ Each row is a test_dynamic_export.DynCase, compared with jax.jit at several size
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import pytest
 from jax import lax
@@ -37,6 +38,12 @@ SLICES = [
     DynCase("slice_half", lambda x: x[:, : x.shape[1] // 2], [Arg("b, t")], sizes=SIZES),
     DynCase("slice_row_tail", lambda x, i: x[i, 1:], [Arg("b, t"), Arg("", I32, -4, 30)], sizes=SIZES),
     DynCase("slice_tail_column", lambda x: x[:, 1:, 2], [Arg("b, t, 4")], sizes=SIZES),
+    # Several windows (a batch of start indices): GatherND over offsets of run-time size.
+    DynCase("rows_then_tail", lambda x, i: x[i, 1:], [Arg("b, t"), Arg("5", I32, -3, 3)], sizes=SIZES),
+    DynCase("vmapped_slice", jax.vmap(lambda r, i: lax.dynamic_slice_in_dim(r, i, r.shape[0] - 1)),
+            [Arg("b, t"), Arg("b", I32, -2, 9)], sizes=SIZES),
+    DynCase("vmapped_slice_mixed", jax.vmap(lambda r, i: lax.dynamic_slice(r, (i, i), (r.shape[0] - 1, 2))),
+            [Arg("b, t, 4"), Arg("b", I32, -2, 9)], sizes=SIZES),
     DynCase("diff", lambda x: jnp.diff(x, axis=1), [Arg("b, t")], sizes=SIZES),
     DynCase("diff_over_batch", lambda x: jnp.diff(x, axis=0), [Arg("b, 3")], sizes=SIZES),
     DynCase("positions_sliced", lambda x, e: x + e[: x.shape[1]], [Arg("b, t, 4"), Arg("32, 4")], sizes=SIZES,

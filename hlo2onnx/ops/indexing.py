@@ -252,9 +252,6 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
         result = b.op("Slice", operand, s.matrix, end, b.shape_const(s.dims))
         result = _crop(b, result, shape, slice_sizes, [d for d in range(rank) if d not in s.dims])
         return _arrange(b, result, [("o", d) for d in range(rank)], target, out_shape)
-    if symbolic_window:
-        raise NotImplementedError(f"a window of symbolic size along indexed dimension {symbolic_window[0]} "
-                                  "for several start indices")
 
     elements = _elements_form(s, rank, slice_sizes)
     if elements is not None:
@@ -271,7 +268,8 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
         matrix, dims = _with_batching_columns(b, s)
         rest = [d for d in range(rank) if d not in dims]
         data = _crop(b, operand, shape, slice_sizes, rest)
-        labels = batch_labels + [("o", d) for d in dims if slice_sizes[d] > 1] + [("o", d) for d in rest]
+        labels = batch_labels + [("o", d) for d in dims if not isinstance(slice_sizes[d], int) or slice_sizes[d] > 1] \
+            + [("o", d) for d in rest]
         if dims:
             data = transpose_to(b, data, dims + rest)
             result = b.op("GatherND", data, window_offsets(b, matrix, s.batch, [slice_sizes[d] for d in dims]))
