@@ -1,5 +1,5 @@
 """Symbolic-dim exports that used to be refused or wrong: slices of symbolic size (jnp's x[:, 1:], jnp.diff: a
-stablehlo.dynamic_gather whose window is symbolic) and dynamic_update_slice with an update of symbolic size (its
+stablehlo.dynamic_gather whose window is symbolic), their gradients and .at[:, 1:] (a scatter of such windows), and dynamic_update_slice with an update of symbolic size (its
 symbolic dims are not necessarily the operand's, also where a loop writes it as a row of a stacked result).
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes.
@@ -31,6 +31,15 @@ def stack_rows(c, u):
     return lax.fori_loop(0, 4, lambda i, c: lax.dynamic_update_slice(c, (u * i)[None], (i, 0 * i, 0 * i)), c)
 
 
+# A start index column, windows of t - 2 along it: XLA drops an update whose window does not fit.
+COLUMNS = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(),
+                                      scatter_dims_to_operand_dims=(1,))
+
+
+def scatter_columns(x, i, u):
+    return lax.scatter(x, i, u[..., 2:], COLUMNS, mode=lax.GatherScatterMode.FILL_OR_DROP)
+
+
 SLICES = [
     DynCase("slice_tail", lambda x: x[:, 1:], [Arg("b, t")], sizes=SIZES),
     DynCase("slice_both_ends", lambda x: x[1:, 1:-1], [Arg("b, t")], sizes=SIZES),
@@ -50,7 +59,26 @@ SLICES = [
             constraints=["t <= 32"]),
 ]
 
+SCATTERS = [
+    DynCase("grad_of_diff", jax.grad(lambda x: jnp.sum(jnp.diff(x, axis=1) ** 2)), [Arg("b, t")], sizes=SIZES),
+    DynCase("grad_of_rows_tail", jax.grad(lambda x, i: jnp.sum(jnp.sin(x[i, 1:]))), [Arg("b, t"),
+                                                                                       Arg("5", I32, -3, 3)],
+            sizes=SIZES),
+    DynCase("set_tail", lambda x, u: x.at[:, 1:].set(u[:, 1:]), [Arg("b, t"), Arg("b, t")], sizes=SIZES),
+    DynCase("set_row_tail", lambda x, i, u: x.at[i, 1:].set(u[1:]), [Arg("b, t"), Arg("", I32, -3, 30), Arg("t")],
+            sizes=SIZES),
+    DynCase("scatter_columns_dropped", scatter_columns, [Arg("b, t"), Arg("4, 1", I32, -2, 5), Arg("4, b, t")],
+            sizes=SIZES[1:], constraints=["t >= 3"]),
+    DynCase("scatter_max_columns_dropped", lambda x, i, u: lax.scatter_max(
+        x, i, u[..., 2:], COLUMNS, mode=lax.GatherScatterMode.FILL_OR_DROP),
+            [Arg("b, t"), Arg("4, 1", I32, -2, 5), Arg("4, b, t")], sizes=SIZES[1:], constraints=["t >= 3"]),
+    DynCase("unique_of_size", lambda x: jnp.unique(x, size=3, fill_value=0), [Arg("b", I32, 0, 5)], sizes=SIZES),
+]
+
 UPDATES = [
+    # The gradient of a slice of symbolic size: its cotangent (b, t - 1) written into zeros (b, t).
+    DynCase("grad_of_dynamic_slice", jax.grad(lambda x, i: jnp.sum(jnp.sin(
+        lax.dynamic_slice_in_dim(x, i, x.shape[1] - 1, axis=1)))), [Arg("b, t"), Arg("", I32, -2, 9)], sizes=SIZES),
     DynCase("update_columns_two_symbols", update_columns, [Arg("b, t"), Arg("b, s"), Arg("", I32, -2, 9)],
             sizes=SIZES, constraints=["s <= t"]),
     DynCase("update_rows_two_symbols", lambda x, u, i: lax.dynamic_update_slice_in_dim(x, u, i, axis=0),
@@ -70,6 +98,6 @@ UPDATES = [
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
-@pytest.mark.parametrize("case", SLICES + UPDATES, ids=repr)
+@pytest.mark.parametrize("case", SLICES + SCATTERS + UPDATES, ids=repr)
 def test_symbolic_windows(case: DynCase, x64: bool):
     check_symbolic(case, x64)

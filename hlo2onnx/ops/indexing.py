@@ -360,10 +360,10 @@ def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dt
     return b.op("Where", valid_m, matrix, b.const(np.zeros(1, I64))), updates
 
 
-def _pad_end(b, x: ir.Value, rank: int, axis: int, size: int, dtype: np.dtype) -> ir.Value:
-    pads = [0] * (2 * rank)
+def _pad_end(b, x: ir.Value, rank: int, axis: int, size: symbolic.Dim, dtype: np.dtype) -> ir.Value:
+    pads: list[symbolic.Dim] = [0] * (2 * rank)
     pads[rank + axis] = size
-    return b.typed("Pad", x, b.shape_const(pads), dtype=dtype, cast=(0,), mode="constant")
+    return b.typed("Pad", x, symbolic.shape_value(b, pads), dtype=dtype, cast=(0,), mode="constant")
 
 
 @register("stablehlo.scatter")
@@ -396,6 +396,10 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
         return b.op("Identity", operand)  # no update window fits anywhere
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.scattered_dims_to_operand_dims,
                 dn.input_batching_dims, dn.scatter_indices_batching_dims)
+    window: list[symbolic.Dim] = list(window)
+    for d, axis in zip(window_dims, dn.update_window_dims):
+        if d in s.dims and window[d] < 0:  # an indexed window of symbolic size (x.at[:, 1:]): its run-time size
+            window[d] = symbolic.dim(b, updates, axis, -1)
     valid = _fits(b, s, start_bounds(b, operand, shape, window, s.dims))
     # The operand's sizes, symbolic ones read from the graph (where the trash row and crop need them).
     sizes = symbolic.dims(b, operand, shape) if not static else list(shape)
@@ -429,9 +433,9 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     if not dims:
         raise NotImplementedError("scatter without index columns")
     rest = [d for d in range(rank) if d not in dims]
-    target = ([("b", j) for j in range(len(s.batch))] + [("o", d) for d in dims if window[d] > 1]
-              + [("o", d) for d in rest])
-    out_shape = s.batch + [window[d] for d in dims if window[d] > 1] + [shape[d] for d in rest]
+    wide = [d for d in dims if not isinstance(window[d], int) or window[d] > 1]
+    target = [("b", j) for j in range(len(s.batch))] + [("o", d) for d in wide] + [("o", d) for d in rest]
+    out_shape = s.batch + [window[d] if isinstance(window[d], int) else -1 for d in wide] + [shape[d] for d in rest]
     updates = _arrange(b, updates, labels, target, out_shape)
     trash = [sizes[dims[0]]] + [0] * (len(dims) - 1)
     extra = len(out_shape) - len(s.batch)
