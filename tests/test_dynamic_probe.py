@@ -1,6 +1,10 @@
-"""Symbolic-dim exports that used to be refused or wrong: slices of symbolic size (jnp's x[:, 1:], jnp.diff: a
-stablehlo.dynamic_gather whose window is symbolic), their gradients and .at[:, 1:] (a scatter of such windows), and dynamic_update_slice with an update of symbolic size (its
-symbolic dims are not necessarily the operand's, also where a loop writes it as a row of a stacked result).
+"""Symbolic-dim exports that used to be refused, wrong or crashing:
+
+* slices of symbolic size (jnp's x[:, 1:], jnp.diff: a stablehlo.dynamic_gather whose window is symbolic), their
+  gradients and .at[:, 1:] (a scatter of such windows);
+* dynamic_update_slice with an update of symbolic size, whose symbolic dims are not necessarily the operand's
+  (also where a loop writes it as a row of a stacked result);
+* reduce_window by a general body (cumlogsumexp) along static axes beside a symbolic one.
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes.
 """
@@ -75,6 +79,15 @@ SCATTERS = [
     DynCase("unique_of_size", lambda x: jnp.unique(x, size=3, fill_value=0), [Arg("b", I32, 0, 5)], sizes=SIZES),
 ]
 
+# reduce_window by a body of several ops (no ONNX reduction) along static axes, beside a symbolic batch.
+WINDOWS = [
+    DynCase("cumlogsumexp_static_axis", lambda x: lax.cumlogsumexp(x, axis=1), [Arg("b, 5")], sizes=SIZES),
+    DynCase("cumlogsumexp_static_axis_reverse", lambda x: lax.cumlogsumexp(x, axis=2, reverse=True),
+            [Arg("b, t, 5")], sizes=SIZES),
+    DynCase("logaddexp_pool", lambda x: lax.reduce_window(x, jnp.asarray(-jnp.inf, x.dtype), jnp.logaddexp,
+                                                          (1, 3, 1), (1, 2, 1), "SAME"), [Arg("b, 7, t")], sizes=SIZES),
+]
+
 UPDATES = [
     # The gradient of a slice of symbolic size: its cotangent (b, t - 1) written into zeros (b, t).
     DynCase("grad_of_dynamic_slice", jax.grad(lambda x, i: jnp.sum(jnp.sin(
@@ -98,6 +111,6 @@ UPDATES = [
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
-@pytest.mark.parametrize("case", SLICES + SCATTERS + UPDATES, ids=repr)
+@pytest.mark.parametrize("case", SLICES + SCATTERS + WINDOWS + UPDATES, ids=repr)
 def test_symbolic_windows(case: DynCase, x64: bool):
     check_symbolic(case, x64)
