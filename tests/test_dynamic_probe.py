@@ -1,6 +1,6 @@
 """Symbolic-dim exports that used to be refused, wrong or crashing:
 
-* slices of symbolic size (jnp's x[:, 1:], jnp.diff: a stablehlo.dynamic_gather whose window is symbolic), their
+* slices of symbolic size (jnp's x[:, 1:], jnp.diff: a StableHLO dynamic_gather whose window is symbolic), their
   gradients and .at[:, 1:] (a scatter of such windows);
 * dynamic_update_slice with an update of symbolic size, whose symbolic dims are not necessarily the operand's
   (also where a loop writes it as a row of a stacked result);
