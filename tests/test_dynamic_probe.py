@@ -35,6 +35,25 @@ def stack_rows(c, u):
     return lax.fori_loop(0, 4, lambda i, c: lax.dynamic_update_slice(c, (u * i)[None], (i, 0 * i, 0 * i)), c)
 
 
+def kv_cache_decode(x, wk, wv, positions):
+    """A prompt of symbolic length t (its positions emb[:t]) written into a key/value cache of 24 rows, then 4 steps of
+    attention over the cache, each writing its row at position t + i."""
+    b, t, d = x.shape
+    x, wk, wv = x + positions[:t], wk * 0.3, wv * 0.3
+    keys = lax.dynamic_update_slice(jnp.zeros((b, 24, d), x.dtype), x @ wk, (0, 0, 0))
+    values = lax.dynamic_update_slice(jnp.zeros((b, 24, d), x.dtype), x @ wv, (0, 0, 0))
+
+    def step(carry, _):
+        keys, values, h, pos = carry
+        scores = jnp.where(jnp.arange(24) < pos, jnp.einsum("bd,bld->bl", h, keys), -1e9)
+        h = jnp.einsum("bl,bld->bd", jax.nn.softmax(scores, -1), values)
+        keys = lax.dynamic_update_slice(keys, (h @ wk)[:, None], (0, pos, 0))
+        values = lax.dynamic_update_slice(values, (h @ wv)[:, None], (0, pos, 0))
+        return (keys, values, h, pos + 1), h
+
+    return lax.scan(step, (keys, values, x[:, -1], t), None, length=4)[1]
+
+
 # A start index column, windows of t - 2 along it: XLA drops an update whose window does not fit.
 COLUMNS = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(),
                                       scatter_dims_to_operand_dims=(1,))
@@ -99,6 +118,9 @@ UPDATES = [
     DynCase("update_block_two_symbols", lambda x, u, i, j: lax.dynamic_update_slice(x, u, (i, i, j)),
             [Arg("b, t, t"), Arg("1, s, s"), Arg("", I32, -2, 9), Arg("", I32, -2, 9)], sizes=SIZES,
             constraints=["s <= t"]),
+    # (The static export differs from jax.jit as much: attention over 20 keys in float32.)
+    DynCase("kv_cache_decode", kv_cache_decode, [Arg("b, t, 8"), Arg("8, 8"), Arg("8, 8"), Arg("32, 8")],
+            (2e-4, 2e-4), sizes=SIZES, constraints=["t <= 20"]),
     DynCase("update_symbolic_into_static", update_columns, [Arg("b, 20"), Arg("b, t"), Arg("", I32, -2, 22)],
             sizes=SIZES, constraints=["t <= 20"]),
     DynCase("update_bool_two_symbols", update_columns, [Arg("b, t", bool, 0, 2), Arg("b, s", bool, 0, 2),
