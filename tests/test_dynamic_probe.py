@@ -4,7 +4,8 @@
   gradients and .at[:, 1:] (a scatter of such windows);
 * dynamic_update_slice with an update of symbolic size, whose symbolic dims are not necessarily the operand's
   (also where a loop writes it as a row of a stacked result);
-* reduce_window by a general body (cumlogsumexp) along static axes beside a symbolic one.
+* reduce_window by a general body (cumlogsumexp) along static axes beside a symbolic one;
+* the gradient of strided sum/average pooling over symbolic sizes (a dynamic_pad with interior padding).
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes.
 """
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from test_dynamic_export import Arg, DynCase, check_symbolic, I32
+from test_dynamic_export import CONV_TOL, Arg, DynCase, check_symbolic, I32
 
 # s <= t where a case needs it; 1 and a large-ish size included.
 SIZES = [{"b": 1, "s": 1, "t": 3}, {"b": 3, "s": 4, "t": 7}, {"b": 17, "s": 20, "t": 20}]
@@ -98,13 +99,26 @@ SCATTERS = [
     DynCase("unique_of_size", lambda x: jnp.unique(x, size=3, fill_value=0), [Arg("b", I32, 0, 5)], sizes=SIZES),
 ]
 
-# reduce_window by a body of several ops (no ONNX reduction) along static axes, beside a symbolic batch.
+def sum_pool_loss(window, strides, padding):
+    """sum(sin(sum pool)): its gradient pads the cotangent inside (a dynamic_pad over symbolic sizes)."""
+    return lambda x: jnp.sum(jnp.sin(lax.reduce_window(x, 0.0, lax.add, window, strides, padding)))
+
+
+IMAGES = [{"b": 1, "h": 8, "w": 8}, {"b": 3, "h": 9, "w": 13}, {"b": 20, "h": 16, "w": 5}]
+# reduce_window by a body of several ops (no ONNX reduction) along static axes, beside a symbolic batch; the
+# gradients of strided sum pooling over symbolic image sizes.
 WINDOWS = [
     DynCase("cumlogsumexp_static_axis", lambda x: lax.cumlogsumexp(x, axis=1), [Arg("b, 5")], sizes=SIZES),
     DynCase("cumlogsumexp_static_axis_reverse", lambda x: lax.cumlogsumexp(x, axis=2, reverse=True),
             [Arg("b, t, 5")], sizes=SIZES),
     DynCase("logaddexp_pool", lambda x: lax.reduce_window(x, jnp.asarray(-jnp.inf, x.dtype), jnp.logaddexp,
                                                           (1, 3, 1), (1, 2, 1), "SAME"), [Arg("b, 7, t")], sizes=SIZES),
+    DynCase("sum_pool_grad_images", jax.grad(sum_pool_loss((1, 2, 2, 1), (1, 2, 2, 1), "VALID")),
+            [Arg("b, h, w, 2")], CONV_TOL, sizes=IMAGES),
+    DynCase("sum_pool_grad_images_same", jax.grad(sum_pool_loss((1, 3, 3, 1), (1, 2, 2, 1), "SAME")),
+            [Arg("b, h, w, 2")], CONV_TOL, sizes=IMAGES),
+    DynCase("sum_pool_grad_sequence", jax.grad(sum_pool_loss((1, 3), (1, 2), "VALID")), [Arg("b, t")], CONV_TOL,
+            sizes=SIZES),
 ]
 
 UPDATES = [
