@@ -5,7 +5,8 @@
 * dynamic_update_slice with an update of symbolic size, whose symbolic dims are not necessarily the operand's
   (also where a loop writes it as a row of a stacked result);
 * reduce_window by a general body (cumlogsumexp) along static axes beside a symbolic one;
-* the gradient of strided sum/average pooling over symbolic sizes (a dynamic_pad with interior padding).
+* the gradient of strided sum/average pooling over symbolic sizes (a dynamic_pad with interior padding);
+* lax.top_k with a symbolic k (jnp.partition along a symbolic axis).
 
 Each row is a test_dynamic_export.DynCase, compared with jax.jit at several sizes in both x64 modes.
 """
@@ -121,6 +122,16 @@ WINDOWS = [
             sizes=SIZES),
 ]
 
+# lax.top_k with k computed from symbolic dims: the custom call @stablehlo.dynamic_top_k.
+TOP_K = [
+    DynCase("partition", lambda x: jnp.sort(jnp.partition(x, 0, axis=1), axis=1), [Arg("b, t")], sizes=SIZES),
+    DynCase("argpartition", lambda x: jnp.sort(jnp.argpartition(x, 0, axis=1)[:, 1:], axis=1), [Arg("b, t")],
+            sizes=SIZES),
+    DynCase("top_k_all_with_nans", lambda x: lax.top_k(jnp.where(x > 1.2, jnp.nan, jnp.where(x < -1.5, -0.0, x)),
+                                                       x.shape[1]), [Arg("b, t")], sizes=SIZES),
+    DynCase("top_k_half_int", lambda x: lax.top_k(x, x.shape[1] // 2), [Arg("b, 2*t", I32)], sizes=SIZES),
+]
+
 UPDATES = [
     # The gradient of a slice of symbolic size: its cotangent (b, t - 1) written into zeros (b, t).
     DynCase("grad_of_dynamic_slice", jax.grad(lambda x, i: jnp.sum(jnp.sin(
@@ -147,6 +158,6 @@ UPDATES = [
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
-@pytest.mark.parametrize("case", SLICES + SCATTERS + WINDOWS + UPDATES, ids=repr)
+@pytest.mark.parametrize("case", SLICES + SCATTERS + WINDOWS + TOP_K + UPDATES, ids=repr)
 def test_symbolic_windows(case: DynCase, x64: bool):
     check_symbolic(case, x64)
