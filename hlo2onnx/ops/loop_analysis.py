@@ -288,7 +288,7 @@ def _same_dims(a: mlir.Value, a_frames: Frames, b: mlir.Value, b_frames: Frames,
     makes its buffer and each row so)."""
     dims = [_spelled_dims(v, f, translator) for v, f in ((a, a_frames), (b, b_frames))]
     return None not in dims and len(dims[0]) == len(dims[1]) and all(
-        type(x) is type(y) and x == y for x, y in zip(dims[0][1:], dims[1][1:]))
+        isinstance(x, int) == isinstance(y, int) and x == y for x, y in zip(dims[0][1:], dims[1][1:]))
 
 
 def _spelled_dims(value: mlir.Value, frames: Frames, translator: Translator) -> list | None:
