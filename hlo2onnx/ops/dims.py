@@ -59,6 +59,13 @@ def product(b, parts: Sequence[Dim]) -> Dim:
     return result
 
 
+def difference(b, a: Dim, c: Dim) -> Dim:
+    """a - c: an int when both are static."""
+    if isinstance(a, int) and isinstance(c, int):
+        return a - c
+    return b.op("Sub", b.shape_const([a]) if isinstance(a, int) else a, b.shape_const([c]) if isinstance(c, int) else c)
+
+
 def reshape(b, x: ir.Value, parts: Sequence[Dim]) -> ir.Value:
     """Reshape to `parts`: a -1 stands for at most one symbolic part, as the static rules wrote it."""
     if sum(not isinstance(p, int) for p in parts) <= 1:

@@ -13,7 +13,7 @@ import numpy as np
 from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.ops.dims import known_entries
-from hlo2onnx.ops.shape import iota_line, transpose_to, unsqueeze_missing
+from hlo2onnx.ops.shape import interior_pad, iota_line, transpose_to, unsqueeze_missing
 from hlo2onnx.registry import allow_dynamic, register, register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, set_type
@@ -46,10 +46,17 @@ def real_dynamic_slice(ctx: RuleContext, x, start, limit, strides):
 @register("stablehlo.dynamic_pad")
 def dynamic_pad(ctx: RuleContext, x, value, low, high, interior):
     b = ctx.b
-    if any(n != 0 for n in known_entries(interior, ctx.in_types[0].rank)):
-        raise NotImplementedError("interior padding given as a tensor")
+    dtype, shape = ctx.out_type.dtype, list(ctx.in_types[0].shape)
+    spread = known_entries(interior, len(shape))
+    if None in spread:
+        raise NotImplementedError("interior padding computed at run time")
+    # Interior padding the graph holds as constants (the gradient of a strided pooling over symbolic sizes).
+    for axis, k in enumerate(spread):
+        if k and shape[axis] != 0:
+            x = interior_pad(b, x, value, shape, axis, k, dtype)
+            shape[axis] = shape[axis] + (shape[axis] - 1) * k if shape[axis] > 0 else -1
     pads = b.op("Concat", b.cast(low, np.int64), b.cast(high, np.int64), axis=0)
-    return b.typed("Pad", x, pads, value, dtype=ctx.out_type.dtype, cast=(0, 2), mode="constant")
+    return b.typed("Pad", x, pads, value, dtype=dtype, cast=(0, 2), mode="constant")
 
 
 @register("stablehlo.dynamic_iota")

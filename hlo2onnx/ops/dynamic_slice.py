@@ -48,20 +48,21 @@ def dynamic_update_slice(ctx: RuleContext, x, update, *starts):
     shape, upd_shape = ctx.in_types[0].shape, ctx.in_types[1].shape
     if symbolic.is_static(upd_shape) and ctx.in_types[1].size == 0:
         return b.op("Identity", x)
-    dims = _narrower(shape, upd_shape)
+    # A symbolic update dim is a window of run-time size, even in a symbolic operand dim: it may be a smaller
+    # dim (an update of (b, s) into (b, t)), which taken as the whole dim would give the update back.
+    dims = [d for d, (n, k) in enumerate(zip(shape, upd_shape)) if n < 0 or k != n]
     if not dims:
         return b.op("Identity", update)  # every start clamps to 0
     rest = [d for d in range(len(shape)) if d not in dims]
-    begin = _start_vector(b, [starts[d] for d in dims], start_bounds(b, x, shape, upd_shape, dims))
-    idx = window_offsets(b, begin, [], [upd_shape[d] for d in dims])
+    sizes = symbolic.dims(b, update, upd_shape)
+    begin = _start_vector(b, [starts[d] for d in dims], start_bounds(b, x, shape, sizes, dims))
+    idx = window_offsets(b, begin, [], [sizes[d] for d in dims])
     perm = dims + rest
     moved = transpose_to(b, update, perm)
-    wide = [upd_shape[d] for d in dims if upd_shape[d] > 1] + [shape[d] for d in rest]
-    if symbolic.is_static(wide):
-        updates = reshape_to(b, moved, wide)
-    else:  # the update's own symbolic sizes (its windowed dims are static and lead)
-        kept = [i for i, d in enumerate(dims) if upd_shape[d] > 1] + list(range(len(dims), len(shape)))
-        updates = symbolic.reshape(b, moved, [symbolic.dim(b, moved, i, ([upd_shape[d] for d in perm])[i])
-                                              for i in kept])
+    wide = [i for i, d in enumerate(dims) if not 0 <= upd_shape[d] <= 1] + list(range(len(dims), len(shape)))
+    if symbolic.is_static(upd_shape):
+        updates = reshape_to(b, moved, [upd_shape[perm[i]] for i in wide])
+    else:  # the update's own symbolic sizes
+        updates = symbolic.reshape(b, moved, [symbolic.dim(b, moved, i, upd_shape[perm[i]]) for i in wide])
     result = b.op("ScatterND", transpose_to(b, x, perm), idx, updates)
     return transpose_to(b, result, np.argsort(perm).tolist())

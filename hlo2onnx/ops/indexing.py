@@ -95,13 +95,12 @@ def _known_within(s: _Starts, high: Sequence[symbolic.Dim]) -> bool:
 
 def start_bounds(b, operand: ir.Value, shape: Sequence[int], sizes: Sequence[symbolic.Dim], dims: Sequence[int]):
     """The largest start of each of `dims` whose window still fits (`dim - size`): an int, or a 1-element
-    int64 tensor where the operand's dim is symbolic."""
+    int64 tensor where the operand's dim or the size (a dynamic_gather's) is symbolic."""
     high: list[symbolic.Dim] = []
     for d in dims:
-        if not isinstance(sizes[d], int) or sizes[d] < 0:
+        if isinstance(sizes[d], int) and sizes[d] < 0:
             raise NotImplementedError(f"a window of symbolic size along indexed dimension {d}")
-        n = symbolic.dim(b, operand, d, shape[d])
-        high.append(n - sizes[d] if isinstance(n, int) else b.op("Sub", n, b.shape_const([sizes[d]])))
+        high.append(symbolic.difference(b, symbolic.dim(b, operand, d, shape[d]), sizes[d]))
     return high
 
 
@@ -129,23 +128,36 @@ def clamp_starts(b, starts: ir.Value, high: Sequence[int]) -> ir.Value:
     return b.op("Max", clipped, b.const(np.zeros(1, I64)))
 
 
-def window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[int]) -> ir.Value:
-    """starts (batch + [K]) plus every offset of a window of `sizes` (one per column).
+def window_offsets(b, starts: ir.Value, batch: list[int], sizes: Sequence[symbolic.Dim]) -> ir.Value:
+    """starts (batch + [K]) plus every offset of a window of `sizes` (one per column; a symbolic size is a
+    1-element int64 tensor).
 
-    Gives batch + [sizes above 1] + [K]: only windows wider than one element get an axis.
+    Gives batch + [sizes above 1, and symbolic ones] + [K]: only windows wider than one element get an axis.
     """
-    wide = [k for k, n in enumerate(sizes) if n > 1]
+    wide = [k for k, n in enumerate(sizes) if not isinstance(n, int) or n > 1]
     if not wide:
         return starts
-    grid = np.indices([sizes[k] for k in wide], dtype=np.int64)
-    offsets = np.zeros([sizes[k] for k in wide] + [len(sizes)], np.int64)
-    for axis, k in enumerate(wide):
-        offsets[..., k] = grid[axis]
+    if all(isinstance(n, int) for n in sizes):
+        grid = np.indices([sizes[k] for k in wide], dtype=np.int64)
+        offsets = np.zeros([sizes[k] for k in wide] + [len(sizes)], np.int64)
+        for axis, k in enumerate(wide):
+            offsets[..., k] = grid[axis]
+    else:  # each column's offsets a run-time Range along its own axis, broadcast into the grid by the sums
+        offsets = None
+        for axis, k in enumerate(wide):
+            aligned = [1] * axis + [-1] + [1] * (len(wide) - axis - 1) + [1]
+            if isinstance(sizes[k], int):
+                line = b.const(np.arange(sizes[k], dtype=np.int64).reshape(aligned))
+            else:
+                n = b.op("Squeeze", sizes[k], b.shape_const([0]))
+                line = reshape_to(b, b.op("Range", b.const(np.int64(0)), n, b.const(np.int64(1))), aligned)
+            column = b.op("Mul", line, b.const(np.eye(len(sizes), dtype=np.int64)[k]))
+            offsets = column if offsets is None else b.op("Add", offsets, column)
     if symbolic.is_static(batch):
         starts = reshape_to(b, starts, batch + [1] * len(wide) + [len(sizes)])
     else:
         starts = b.op("Unsqueeze", starts, b.shape_const(list(range(len(batch), len(batch) + len(wide)))))
-    return b.op("Add", starts, b.const(offsets))
+    return b.op("Add", starts, b.const(offsets) if isinstance(offsets, np.ndarray) else offsets)
 
 
 # -- layout -------------------------------------------------------------------------
@@ -233,6 +245,13 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
     dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
     target = _labels(len(out_shape), dn.offset_dims, [d for d in range(rank) if d not in dropped])
     batch_labels = [("b", j) for j in range(len(s.batch))]
+    symbolic_window = [d for d in s.dims if not isinstance(slice_sizes[d], int)]
+    if symbolic_window and not s.batch:
+        # One window (jnp's x[:, 1:] over a symbolic dim): a Slice, which takes run-time sizes.
+        end = b.op("Add", s.matrix, symbolic.shape_value(b, [slice_sizes[d] for d in s.dims]))
+        result = b.op("Slice", operand, s.matrix, end, b.shape_const(s.dims))
+        result = _crop(b, result, shape, slice_sizes, [d for d in range(rank) if d not in s.dims])
+        return _arrange(b, result, [("o", d) for d in range(rank)], target, out_shape)
 
     elements = _elements_form(s, rank, slice_sizes)
     if elements is not None:
@@ -249,7 +268,8 @@ def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, slice_sizes
         matrix, dims = _with_batching_columns(b, s)
         rest = [d for d in range(rank) if d not in dims]
         data = _crop(b, operand, shape, slice_sizes, rest)
-        labels = batch_labels + [("o", d) for d in dims if slice_sizes[d] > 1] + [("o", d) for d in rest]
+        labels = batch_labels + [("o", d) for d in dims if not isinstance(slice_sizes[d], int) or slice_sizes[d] > 1] \
+            + [("o", d) for d in rest]
         if dims:
             data = transpose_to(b, data, dims + rest)
             result = b.op("GatherND", data, window_offsets(b, matrix, s.batch, [slice_sizes[d] for d in dims]))
@@ -340,10 +360,10 @@ def _skip_invalid(b, matrix, updates, valid, extra_axes: int, reduction: str, dt
     return b.op("Where", valid_m, matrix, b.const(np.zeros(1, I64))), updates
 
 
-def _pad_end(b, x: ir.Value, rank: int, axis: int, size: int, dtype: np.dtype) -> ir.Value:
-    pads = [0] * (2 * rank)
+def _pad_end(b, x: ir.Value, rank: int, axis: int, size: symbolic.Dim, dtype: np.dtype) -> ir.Value:
+    pads: list[symbolic.Dim] = [0] * (2 * rank)
     pads[rank + axis] = size
-    return b.typed("Pad", x, b.shape_const(pads), dtype=dtype, cast=(0,), mode="constant")
+    return b.typed("Pad", x, symbolic.shape_value(b, pads), dtype=dtype, cast=(0,), mode="constant")
 
 
 @register("stablehlo.scatter")
@@ -376,6 +396,10 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
         return b.op("Identity", operand)  # no update window fits anywhere
     s = _starts(b, indices, ctx.in_types[1].shape, dn.index_vector_dim, dn.scattered_dims_to_operand_dims,
                 dn.input_batching_dims, dn.scatter_indices_batching_dims)
+    window: list[symbolic.Dim] = list(window)
+    for d, axis in zip(window_dims, dn.update_window_dims):
+        if d in s.dims and window[d] < 0:  # an indexed window of symbolic size (x.at[:, 1:]): its run-time size
+            window[d] = symbolic.dim(b, updates, axis, -1)
     valid = _fits(b, s, start_bounds(b, operand, shape, window, s.dims))
     # The operand's sizes, symbolic ones read from the graph (where the trash row and crop need them).
     sizes = symbolic.dims(b, operand, shape) if not static else list(shape)
@@ -409,9 +433,9 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, indices_are_sort
     if not dims:
         return _scatter_whole(b, operand, updates, labels, s.batch, shape, reduction, combine, dtype)
     rest = [d for d in range(rank) if d not in dims]
-    target = ([("b", j) for j in range(len(s.batch))] + [("o", d) for d in dims if window[d] > 1]
-              + [("o", d) for d in rest])
-    out_shape = s.batch + [window[d] for d in dims if window[d] > 1] + [shape[d] for d in rest]
+    wide = [d for d in dims if not isinstance(window[d], int) or window[d] > 1]
+    target = [("b", j) for j in range(len(s.batch))] + [("o", d) for d in wide] + [("o", d) for d in rest]
+    out_shape = s.batch + [window[d] if isinstance(window[d], int) else -1 for d in wide] + [shape[d] for d in rest]
     updates = _arrange(b, updates, labels, target, out_shape)
     trash = [sizes[dims[0]]] + [0] * (len(dims) - 1)
     extra = len(out_shape) - len(s.batch)

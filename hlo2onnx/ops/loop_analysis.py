@@ -261,6 +261,10 @@ def _stacking_write(op, reader: _Reader, j: int, out: mlir.Value, starts: dict[i
     update_shape = tuple(mlir.RankedTensorType(dus.operands[1].type).shape)
     if update_shape != (1,) + shape[1:]:
         return None
+    if min(shape[1:], default=0) < 0 and not _same_dims(dus.operands[1], frames, op.operands[j], (), translator):
+        # A symbolic row dim of the update may be a smaller dim than the buffer's (an update of (1, s) into
+        # (trip, t)): yielded as the row, it would make the result (trip, s).
+        return None
     if _step_out(dus.operands[0], frames, translator) != (body.arguments[j], ()):
         return None
     index, *rest = (reader.affine(x, frames) for x in dus.operands[2:])
@@ -276,6 +280,48 @@ def _stacking_write(op, reader: _Reader, j: int, out: mlir.Value, starts: dict[i
     if not _feeds_only(body.arguments[j], (), target, translator) or not _yielded_only_at(value, frames, j):
         return None
     return _Scan(coef == -1, dus, frames)
+
+
+def _same_dims(a: mlir.Value, a_frames: Frames, b: mlir.Value, b_frames: Frames, translator: Translator) -> bool:
+    """Whether the trailing dims of `a` and `b` (the leading one may differ) are known equal: both computed by
+    a dynamic broadcast or reshape to sizes that are the same constants and dimension variables (jax's scan
+    makes its buffer and each row so)."""
+    dims = [_spelled_dims(v, f, translator) for v, f in ((a, a_frames), (b, b_frames))]
+    return None not in dims and len(dims[0]) == len(dims[1]) and all(
+        isinstance(x, int) == isinstance(y, int) and x == y for x, y in zip(dims[0][1:], dims[1][1:]))
+
+
+def _spelled_dims(value: mlir.Value, frames: Frames, translator: Translator) -> list | None:
+    """The sizes a dynamic_broadcast_in_dim or dynamic_reshape gives `value`: ints, and for symbolic ones the
+    scalar value that holds the size (a dimension variable, followed out of inlined calls); None otherwise."""
+    value, frames = _step_out(value, frames, translator)
+    if not isinstance(value, mlir.OpResult) or op_name(value.owner) not in (
+            "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape"):
+        return None
+    return _entries(value.owner.operands[1], frames, translator)
+
+
+def _entries(value: mlir.Value, frames: Frames, translator: Translator) -> list | None:
+    """The entries of a 1-D shape tensor that jax builds by concatenating constants and reshaped sizes."""
+    value, frames = _step_out(value, frames, translator)
+    if isinstance(value, mlir.OpResult):
+        name = op_name(value.owner)
+        if name == "stablehlo.constant":
+            array = np.array(value.owner.attributes["value"])
+            return [int(v) for v in array.reshape(-1)] if array.dtype.kind in "iu" else None
+        if name == "stablehlo.concatenate":
+            parts = [_entries(x, frames, translator) for x in value.owner.operands]
+            return None if None in parts else [e for part in parts for e in part]
+        if name in ("stablehlo.reshape", "stablehlo.convert"):
+            inner = value.owner.operands[0]
+            if mlir.RankedTensorType(inner.type).shape:
+                return _entries(inner, frames, translator) if name == "stablehlo.convert" else None
+            size, size_frames = _step_out(inner, frames, translator)
+            while isinstance(size, mlir.OpResult) and op_name(size.owner) == "stablehlo.convert":
+                size, size_frames = _step_out(size.owner.operands[0], size_frames, translator)
+            constant = int_constant(size)
+            return [constant if constant is not None else size]
+    return None
 
 
 def scan_overrides(plan: LoopPlan, translator: Translator) -> dict:

@@ -108,7 +108,7 @@ def pad(ctx: RuleContext, x, padding_value, *, edge_padding_low, edge_padding_hi
     shape = list(ctx.in_types[0].shape)
     for axis, interior in enumerate(interior_padding):
         if interior and shape[axis] != 0:
-            x = _interior_pad(b, x, padding_value, shape, axis, interior, dtype)
+            x = interior_pad(b, x, padding_value, shape, axis, interior, dtype)
             shape[axis] = shape[axis] + (shape[axis] - 1) * interior if shape[axis] > 0 else -1
     if any(edge_padding_low) or any(edge_padding_high):
         # ONNX Pad crops for negative pads, like StableHLO.
@@ -119,7 +119,7 @@ def pad(ctx: RuleContext, x, padding_value, *, edge_padding_low, edge_padding_hi
     return x
 
 
-def _interior_pad(b, x, value, shape, axis, interior, dtype):
+def interior_pad(b, x, value, shape, axis, interior, dtype):
     """Spreads `axis` apart by `interior` fill elements: (n) -> (n, 1 + interior) -> n*(1+interior) -> crop.
 
     Symbolic sizes are read from x; the crop then counts from the end."""

@@ -29,7 +29,7 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx.ops import dims
 from hlo2onnx.ops.shape import transpose_to
-from hlo2onnx.registry import RULES, allow_dynamic, register
+from hlo2onnx.registry import RULES, allow_dynamic, register, register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_float, onnx_dtype, set_type, tensor_type
 
@@ -374,3 +374,16 @@ def sort(ctx: RuleContext, *operands, dimension: int, is_stable: bool = False):
     for value, ttype in zip(results, ctx.out_types):
         set_type(value, ttype._replace(shape=ttype.shape[:axis] + (first,) + ttype.shape[axis + 1:]))
     return results
+
+
+@register_custom_call("stablehlo.dynamic_top_k", dynamic=True)
+def dynamic_top_k(ctx: RuleContext, x, k):
+    """lax.top_k with k computed from symbolic dims (jnp.partition along a symbolic axis): chlo.top_k's stable
+    sort along the last axis, descending in IEEE totalOrder, with TopK's k taken at run time."""
+    b = ctx.b
+    shape, dtype = ctx.in_types[0].shape, ctx.in_types[0].dtype
+    axis = len(shape) - 1
+    key = SortKey(0, True, "total" if is_float(dtype) else "int")
+    first = b.op("Reshape", b.cast(k, np.int64), b.shape_const([1]))
+    perm = keys_permutation(b, [x], [dtype], [key], dims.dim(b, x, axis, shape[axis]), axis, first)
+    return [b.op("GatherElements", x, perm, axis=axis), b.cast(perm, ctx.out_types[1].dtype)]

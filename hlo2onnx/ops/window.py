@@ -280,7 +280,8 @@ def _general_body(ctx: RuleContext, x, init, body, dtype, shape, win: Window) ->
         either = b.typed("Where", mask(u_ok), u, v, dtype=dtype, cast=(1, 2))
         return b.typed("Where", mask(both), merged, either, dtype=dtype, cast=(1, 2))
 
-    valid = [np.ones(n, bool) for n in shape]
+    # A symbolic axis is never windowed here (reduce_window_with refuses that): one entry stands for all of it.
+    valid = [np.ones(n if n >= 0 else 1, bool) for n in shape]
     for axis, factor in enumerate(win.base_dilation):
         if factor > 1 and shape[axis] > 0:
             valid[axis] = np.zeros((shape[axis] - 1) * factor + 1, bool)
