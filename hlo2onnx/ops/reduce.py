@@ -245,7 +245,9 @@ def _iota_dimension(value: mlir.Value) -> int | None:
         return op.attributes["iota_dimension"].value
     if op.name == "stablehlo.broadcast_in_dim" and _iota_dimension(op.operands[0]) == 0 \
             and len(op.operands[0].type.shape) == 1:
-        return op.attributes["broadcast_dimensions"][0]
+        dimension = op.attributes["broadcast_dimensions"][0]
+        # a size-1 iota spread along the dimension is zeros there, not a count
+        return dimension if op.operands[0].type.shape[0] == op.result.type.shape[dimension] else None
     return None
 
 
