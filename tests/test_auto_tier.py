@@ -55,7 +55,7 @@ class _Fake:
                 fake.runs += 1
                 if fake.broken:
                     raise RuntimeError("the device is gone")
-                time.sleep(fake.delay)
+                time.sleep(fake.delay(fake.runs) if callable(fake.delay) else fake.delay)
                 return [out + fake.delta if jnp.issubdtype(out.dtype, jnp.floating) else out
                         for out in run(*leaves)]
 
@@ -156,6 +156,18 @@ def test_fastest_variant_serves():
     for _ in range(3):
         assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
     assert (slow.runs, fast.runs) == (runs[0], runs[1] + 3)  # only the fastest serves
+
+
+def test_slow_calls_are_timed_twice_the_faster_counting():
+    """Calls over slow_call_s: one timed call per tier let an outlier decide (the CFD rollout's local-task variant,
+    1.4 s once and 0.53 s call after call, lost to a 0.75 s variant); two each, the faster counting."""
+    outlier_first = _Fake(delay=lambda run: 0.4 if run == 2 else 0.06)  # run 1 is the comparison
+    steady = _Fake(delay=0.12)
+    f = _auto(_mlp, _Variants(outlier=outlier_first, steady=steady), min_speedup=0, slow_call_s=0.03)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    status = tiering.settle(f, x, w)
+    assert status.decided and "on outlier" in status.reason and "best of 2" in status.reason, status
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
 
 
 def test_disagreeing_variant_is_dropped_the_other_serves(caplog):
