@@ -383,13 +383,13 @@ class Tiering:
             if not self._timed_enough(sig):
                 return
             statistic, kind = (min, "best") if sig.slow else (statistics.median, "medians")
-            medians = [statistic(times) for times in samples]
-            base = medians.pop()
-            best = min(range(len(candidates)), key=medians.__getitem__)
-            mine, name = medians[best], candidates[best].label
+            typical = [statistic(times) for times in samples]
+            base = typical.pop()
+            best = min(range(len(candidates)), key=typical.__getitem__)
+            mine, name = typical[best], candidates[best].label
             times = (f"{_duration(mine)} against {_duration(base)} on ort-cpu, {kind} of "
                      f"{len(samples[best])} and {len(samples[-1])} calls")
-            others = "".join(f"; {c.label} {_duration(m)}" for i, (c, m) in enumerate(zip(candidates, medians))
+            others = "".join(f"; {c.label} {_duration(m)}" for i, (c, m) in enumerate(zip(candidates, typical))
                              if i != best)
             margin = f"min_speedup={self.policy.min_speedup:g}"
             if base / max(mine, 1e-9) > self.policy.min_speedup:

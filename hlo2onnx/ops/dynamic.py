@@ -46,15 +46,12 @@ def real_dynamic_slice(ctx: RuleContext, x, start, limit, strides):
 @register("stablehlo.dynamic_pad")
 def dynamic_pad(ctx: RuleContext, x, value, low, high, interior):
     b = ctx.b
-    dtype, shape = ctx.out_type.dtype, list(ctx.in_types[0].shape)
-    spread = known_entries(interior, len(shape))
+    dtype = ctx.out_type.dtype
+    spread = known_entries(interior, ctx.in_types[0].rank)
     if None in spread:
         raise NotImplementedError("interior padding computed at run time")
     # Interior padding the graph holds as constants (the gradient of a strided pooling over symbolic sizes).
-    for axis, k in enumerate(spread):
-        if k and shape[axis] != 0:
-            x = interior_pad(b, x, value, shape, axis, k, dtype)
-            shape[axis] = shape[axis] + (shape[axis] - 1) * k if shape[axis] > 0 else -1
+    x = interior_pad(b, x, value, list(ctx.in_types[0].shape), spread, dtype)
     pads = b.op("Concat", b.cast(low, np.int64), b.cast(high, np.int64), axis=0)
     return b.typed("Pad", x, pads, value, dtype=dtype, cast=(0, 2), mode="constant")
 

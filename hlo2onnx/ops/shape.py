@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from math import prod
+from typing import Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -105,11 +106,7 @@ def reverse(ctx: RuleContext, x, *, dimensions):
 def pad(ctx: RuleContext, x, padding_value, *, edge_padding_low, edge_padding_high, interior_padding):
     b = ctx.b
     dtype = ctx.out_type.dtype
-    shape = list(ctx.in_types[0].shape)
-    for axis, interior in enumerate(interior_padding):
-        if interior and shape[axis] != 0:
-            x = interior_pad(b, x, padding_value, shape, axis, interior, dtype)
-            shape[axis] = shape[axis] + (shape[axis] - 1) * interior if shape[axis] > 0 else -1
+    x = interior_pad(b, x, padding_value, list(ctx.in_types[0].shape), interior_padding, dtype)
     if any(edge_padding_low) or any(edge_padding_high):
         # ONNX Pad crops for negative pads, like StableHLO.
         pads = b.shape_const(list(edge_padding_low) + list(edge_padding_high))
@@ -119,7 +116,18 @@ def pad(ctx: RuleContext, x, padding_value, *, edge_padding_low, edge_padding_hi
     return x
 
 
-def interior_pad(b, x, value, shape, axis, interior, dtype):
+def interior_pad(b, x: ir.Value, value: ir.Value, shape: list[int], interiors: Sequence[int],
+                 dtype: np.dtype) -> ir.Value:
+    """StableHLO's interior padding: each axis spread apart by its count of `value` elements (symbolic sizes
+    are read from x)."""
+    for axis, interior in enumerate(interiors):
+        if interior and shape[axis] != 0:
+            x = _interior_pad(b, x, value, shape, axis, interior, dtype)
+            shape[axis] = shape[axis] + (shape[axis] - 1) * interior if shape[axis] > 0 else -1
+    return x
+
+
+def _interior_pad(b, x, value, shape, axis, interior, dtype):
     """Spreads `axis` apart by `interior` fill elements: (n) -> (n, 1 + interior) -> n*(1+interior) -> crop.
 
     Symbolic sizes are read from x; the crop then counts from the end."""
