@@ -53,6 +53,8 @@ def parse_args(argv=None):
                    help="a previous --json: run again only its non-passing harnesses, keep its passes")
     p.add_argument("--verbose", "-v", action="store_true", help="print each non-pass with its message")
     p.add_argument("--opset", type=int, default=None, help="the ONNX opset mnjit writes (default: hlo2onnx's)")
+    p.add_argument("--target", default=None,
+                   help="mnjit's target (default ort-cpu); what the target refuses counts as refused")
     return p.parse_args(argv)
 
 
@@ -256,7 +258,7 @@ PROPERTY_CHECKS = {"svd": _check_svd, "eigh": _check_eigh, "eig": _check_eig, "c
                    "sort": _check_unstable_sort, "approx_top_k": _check_approx_top_k}
 
 
-def run_one(h, seed=0, opset=None):
+def run_one(h, seed=0, opset=None, target=None):
     import jax
     import numpy as np
 
@@ -271,7 +273,8 @@ def run_one(h, seed=0, opset=None):
     except Exception as err:  # noqa: BLE001
         return "jax-fail", f"{type(err).__name__}: {str(err)[:200]}"
     try:
-        actual = (mnjit(h.dyn_fun) if opset is None else mnjit(h.dyn_fun, opset=opset))(*args)
+        options = {"opset": opset, "target": target}
+        actual = mnjit(h.dyn_fun, **{k: v for k, v in options.items() if v is not None})(*args)
     except Hlo2OnnxError as err:
         return "refused", f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
     except Exception as err:  # noqa: BLE001
@@ -304,7 +307,7 @@ def run_shard(args):
     results = []
     for h in select(test_harnesses.all_harnesses, args):
         t0 = time.perf_counter()
-        status, msg = run_one(h, opset=args.opset)
+        status, msg = run_one(h, opset=args.opset, target=args.target)
         results.append(dict(name=h.fullname, group=h.group_name, dtype=dtype_name(h), status=status,
                             msg=msg, seconds=round(time.perf_counter() - t0, 3)))
         if args.verbose and status != "pass":
@@ -324,6 +327,7 @@ def run_parallel(args):
         cmd += ["--sample", str(args.sample)] if args.sample else []
         cmd += ["-v"] if args.verbose else []
         cmd += ["--opset", str(args.opset)] if args.opset else []
+        cmd += ["--target", args.target] if args.target else []
         procs.append(subprocess.Popen(cmd))
     for p in procs:
         p.wait()

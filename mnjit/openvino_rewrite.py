@@ -15,28 +15,31 @@ _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
 def for_openvino(proto: onnx.ModelProto) -> bool:
     """Rewrites `proto` in place (subgraphs included); True if anything changed."""
-    types = _elem_types(proto.graph)
-    return _rewrite(proto.graph, frozenset(), frozenset(), types, [0])
+    types, ranks = _elem_types(proto.graph, {}, {})
+    return _rewrite(proto.graph, frozenset(), frozenset(), types, ranks, [0])
 
 
-def _elem_types(graph: onnx.GraphProto, types: dict[str, int] | None = None) -> dict[str, int]:
-    types = {} if types is None else types
+def _elem_types(graph: onnx.GraphProto, types: dict[str, int],
+                ranks: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Element types and (where known) ranks of the values of `graph` and its subgraphs, by name."""
     for v in [*graph.input, *graph.output, *graph.value_info]:
         if v.type.HasField("tensor_type"):
             types[v.name] = v.type.tensor_type.elem_type
+            if v.type.tensor_type.HasField("shape"):
+                ranks[v.name] = len(v.type.tensor_type.shape.dim)
     for t in graph.initializer:
-        types[t.name] = t.data_type
+        types[t.name], ranks[t.name] = t.data_type, len(t.dims)
     for node in graph.node:
         for attr in node.attribute:
             if node.op_type == "Constant" and attr.name == "value":
-                types[node.output[0]] = attr.t.data_type
+                types[node.output[0]], ranks[node.output[0]] = attr.t.data_type, len(attr.t.dims)
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                _elem_types(sub, types)
-    return types
+                _elem_types(sub, types, ranks)
+    return types, ranks
 
 
 def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: frozenset[str],
-             types: dict[str, int], counter: list[int]) -> bool:
+             types: dict[str, int], ranks: dict[str, int], counter: list[int]) -> bool:
     """`outer_*`: empty shape constants and constants of enclosing graphs, which Loop/If bodies read by name."""
     constants = set(outer_const) | {t.name for t in graph.initializer} | {
         n.output[0] for n in graph.node if n.op_type == "Constant"}
@@ -69,6 +72,22 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
             # first: it holds no NaN (XLA would give NaN anyway where it did). Otherwise a NaN first operand
             # is put back with IsNaN + Where.
             a, b = node.input
+            # OpenVINO fuses Min and Max with one-element constants into a Clamp of the other operand's shape,
+            # dropping the rank the constant broadcasts it to (Min(x[], c[1]) came back as []): the other
+            # operand is given that rank first, as broadcasting would (leading axes of 1).
+            for const, other, i in ((b, a, 0), (a, b, 1)):
+                if const in constants and other not in constants and ranks.get(other, -1) >= 0 \
+                        and ranks.get(const, -1) > ranks[other]:
+                    counter[0] += 1
+                    axes, lifted = f"{node.output[0]}__ov_axes{counter[0]}", f"{node.output[0]}__ov_rank{counter[0]}"
+                    new_nodes.append(helper.make_node("Constant", [], [axes], value=helper.make_tensor(
+                        axes, onnx.TensorProto.INT64, [ranks[const] - ranks[other]],
+                        list(range(ranks[const] - ranks[other])))))
+                    new_nodes.append(helper.make_node("Unsqueeze", [other, axes], [lifted]))
+                    node.input[i] = lifted
+                    ranks[lifted], types[lifted] = ranks[const], types.get(other, 0)
+                    a, b = node.input
+                    changed = True
             if b in constants and a not in constants:
                 node.input[0], node.input[1] = b, a
                 changed = True
@@ -93,7 +112,7 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
             continue
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                changed |= _rewrite(sub, frozenset(empty), frozenset(constants), types, counter)
+                changed |= _rewrite(sub, frozenset(empty), frozenset(constants), types, ranks, counter)
         new_nodes.append(node)
     if changed:
         del graph.node[:]

@@ -127,6 +127,18 @@ def test_nan_in_comparisons_max_min_relu() -> None:
         _compare(fun, a, b)
 
 
+def test_clamp_by_broadcasting_constants() -> None:
+    """OpenVINO fuses Max and Min with one-element constants into a Clamp that drops the rank those constants
+    broadcast to (dynamic_update_slice's clamped start index failed to compile; x[3] clamped by [[lo]] came
+    back as [3]); the runner lifts the operand's rank first."""
+    x = np.array([4.0, -3.0, 0.5], np.float32)
+    for i in (-5, 0, 1, 2, 9):
+        _compare(lambda v, u, j: jax.lax.dynamic_update_slice(v, u, (j,)), x, np.float32([7.0]), np.int32(i))
+    lo, hi = np.zeros((1, 1), np.float32), np.full((1, 1), 2.0, np.float32)
+    _compare(lambda v: jnp.minimum(jnp.maximum(v, lo), hi), x)
+    _compare(lambda s: jnp.minimum(jnp.maximum(s, lo[0]), hi[0]) * 3, np.float32(5.0))
+
+
 # -- the runner: dtypes and shapes across the boundary -----------------------------------------------------------
 def _compare(fun, *args, tol=None) -> None:
     assert_same(mnjit(fun, target=TARGET)(*args), jax.jit(fun)(*args), tol)
