@@ -399,7 +399,8 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
 
 def _kernel_key(node: ir.Node) -> str:
     """The op's key in a `wrong` table: Pad and the scatters differ by mode or reduction (`ScatterND:add`),
-    casts by the dtype they make (`Cast:int64`), TopK by whether its indices are read (`TopK:indices`), Loop
+    casts by the dtype they make (`Cast:int64`), MaxPool by whether it pads (`MaxPool:padded`), TopK by whether its
+    indices are read (`TopK:indices`), Loop
     by whether it has scan outputs (`Loop:scan`) or a condition (`Loop:while`)."""
     if node.op_type == "TopK" and len(node.outputs) > 1 and (node.outputs[1].uses()
                                                               or node.outputs[1].is_graph_output()):
@@ -408,6 +409,8 @@ def _kernel_key(node: ir.Node) -> str:
         return "Loop:scan"  # with scan outputs (values stacked per iteration) besides the carried ones
     if node.op_type == "Loop" and (node.inputs[0] is None or node.inputs[1] is not None):
         return "Loop:while"  # ended by a condition, not (only) by its trip count
+    if node.op_type == "MaxPool" and any(node.attributes.get_ints("pads", ())):
+        return "MaxPool:padded"  # padding of its own (IREE pads integers with 0, not the type's lowest value)
     if node.op_type == "Cast" and node.outputs[0].dtype is not None:  # keyed by the dtype it makes
         return f"Cast:{np.dtype(node.outputs[0].dtype.numpy()).name}"
     attr = node.attributes.get("mode" if node.op_type == "Pad" else "reduction")

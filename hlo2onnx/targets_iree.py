@@ -22,6 +22,12 @@ on the target (tests/test_iree.py):
   (-2)**3), for 0**0 and NaN**0 and 1**inf. float Mod (fmod) gives NaN for x % inf (XLA: x) and the
   wrong sign for -1e4 % 1e-3. Refused in every float dtype: stablehlo.remainder then takes its exact
   expansion (ops/fmod.py), and a power by a constant 0, 1, 2 or -1 needs no Pow (ops/elementwise.py).
+- uint8 Abs, Div, Mod, Clip, TopK and MaxPool compute as int8 (200 // 5 came back 245, Abs(200) 56, a sort put
+  128..255 first, a max-pool of 200 and 5 gave 5), with no error: refused, so the rules widen them to int32
+  (exact: uint8 values fit) or, without a wider form, the target names them. Elementwise Max/Min,
+  comparisons, ArgMax/ArgMin, ReduceMax/Min, casts and right shifts of uint8 are right (measured with values
+  past 127: tests/test_iree.py). A MaxPool's own padding is 0 for int8 and int32, not the lowest value
+  (a cummax of negatives started at 0; int64 is right): the pool rule pads such inputs itself.
 - `ConvTranspose` (input-dilated convolutions take the dilate-and-Conv lowering instead), `DFT` (FFTs fall
   back), and ScatterElements with reduction max/min on floats are not legalized.
 """
@@ -41,5 +47,8 @@ REFUSED: dict[str, str] = {
     "ScatterElements:max": _FLOATS,
     "ScatterElements:min": _FLOATS,
     **{op: "float64" for op in ("Tanh", "Erf", "Atan", "Asin", "Acos")},
-    **{op: _FLOATS for op in ("Sin", "Cos", "Tan", "Pow", "Mod")},
+    **{op: _FLOATS for op in ("Sin", "Cos", "Tan", "Pow")},
+    "Mod": _FLOATS + " uint8",
+    **{op: "uint8" for op in ("Abs", "Div", "Clip", "TopK", "MaxPool")},
+    "MaxPool:padded": "int8 int32 uint8",
 }

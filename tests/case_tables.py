@@ -19,7 +19,7 @@ from harness import Case
 from hlo2onnx.targets import TargetError
 
 TESTS = Path(__file__).resolve().parent
-_OP = re.compile(r"\b((?:stablehlo|func|sdy|chlo)\.[a-z_0-9]+)\b")
+_OP = re.compile(r"(?<![#!\w])((?:stablehlo|func|sdy|chlo)\.[a-z_0-9]+)\b")  # not attributes (#) or types (!)
 _CUSTOM_CALL = re.compile(r"stablehlo\.custom_call @([\w.]+)")
 _TENSOR = re.compile(r"tensor<(?:[0-9?]+x)*([a-z]+[0-9]*|complex<[a-z]+[0-9]+>)>")
 

@@ -164,6 +164,30 @@ def test_refused_dtypes_run_with_fallback(fun, args, x64, what) -> None:
         assert_same(mnjit(fun, target=TARGET, fallback=True)(*args), jax.jit(fun)(*args))
 
 
+# uint8 past 127, where IREE's Abs, Div, Mod, Clip, TopK and MaxPool computed as int8 with no error (the op
+# tables' uint8 cases were all below 128); int8 with negatives beside them.
+_U8 = np.array([[200, 5, 255, 0, 128], [127, 1, 130, 64, 250]], np.uint8)
+_U8_OTHER = np.array([[5, 200, 1, 3, 127], [128, 130, 7, 255, 2]], np.uint8)
+SIGNEDNESS = {
+    "floor_divide_remainder": lambda a, b: (a // b, a % b, jnp.abs(a)),
+    "clip_minmax": lambda a, b: (jnp.clip(a, 3, 150), jnp.maximum(a, b), jnp.minimum(a, b), a < b),
+    "sort_argsort_topk": lambda a, b: (jnp.sort(a, axis=1), jnp.argsort(a, axis=1, stable=True),
+                                       jax.lax.top_k(a, 3), jnp.sort(a, axis=0)),
+    "pooling_and_scans": lambda a, b: (jax.lax.reduce_window(a, np.array(np.iinfo(a.dtype).min, a.dtype), jax.lax.max,
+                                                             (2, 2), (1, 1), "VALID"),
+                                       jax.lax.cummax(a, axis=1), jax.lax.cummin(a, axis=0), jnp.max(a, axis=1),
+                                       jnp.argmax(a, axis=1)),
+    "widen_and_float": lambda a, b: (a.astype(jnp.int32) * 3, a.astype(jnp.float32) / 2, a >> 1),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("name", SIGNEDNESS)
+def test_eight_bit_signedness(name, dtype) -> None:
+    fun, a, b = SIGNEDNESS[name], _U8.astype(dtype), _U8_OTHER.astype(dtype)  # b has no 0
+    assert_same(mnjit(fun, target=TARGET)(a, b), jax.jit(fun)(a, b))
+
+
 def test_refusals_still_needed() -> None:
     """IREE still refuses what the table refuses, so the entries are not stale (a newer IREE may take them)."""
     import iree.compiler as iree_compiler

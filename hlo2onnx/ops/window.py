@@ -187,7 +187,8 @@ def _pool(b, x, reducer, dtype, shape, win: Window) -> ir.Value | None:
     x = edge_pad(b, x, [min(p, 0) for p in win.lo], [min(p, 0) for p in win.hi], fill, compute)
     shape = [n + min(lo, 0) + min(hi, 0) for n, lo, hi in zip(shape, win.lo, win.hi)]
     lo, hi = [max(p, 0) for p in win.lo], [max(p, 0) for p in win.hi]
-    if any(lo[a] >= win.size[a] or hi[a] >= win.size[a] or (win.dilation[a] > 1 and lo[a] + hi[a]) for a in active):
+    if any(lo[a] >= win.size[a] or hi[a] >= win.size[a] or (win.dilation[a] > 1 and lo[a] + hi[a]) for a in active) \
+            or (pool_op == "MaxPool" and any(lo + hi) and not b.target.supports("MaxPool:padded", compute)):
         x = edge_pad(b, x, lo, hi, fill, compute)
         shape = [n + p + q for n, p, q in zip(shape, lo, hi)]
         lo, hi = [0] * len(shape), [0] * len(shape)
