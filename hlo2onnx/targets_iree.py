@@ -29,7 +29,8 @@ on the target (tests/test_iree.py):
   past 127: tests/test_iree.py). A MaxPool's own padding is 0 for int8 and int32, not the lowest value
   (a cummax of negatives started at 0; int64 is right): the pool rule pads such inputs itself.
 - `ConvTranspose` (input-dilated convolutions take the dilate-and-Conv lowering instead), `DFT` (FFTs fall
-  back), and ScatterElements with reduction max/min on floats are not legalized.
+  back), and ScatterElements with reduction max/min are not legalized (on floats; on integers where the
+  operand is 1-d: refused in every dtype).
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ REFUSED: dict[str, str] = {
     "Loop:while": _EVERY,
     "ConvTranspose": _EVERY,
     "DFT": _EVERY,
-    "ScatterElements:max": _FLOATS,
-    "ScatterElements:min": _FLOATS,
+    "ScatterElements:max": _EVERY,
+    "ScatterElements:min": _EVERY,
     **{op: "float64" for op in ("Tanh", "Erf", "Atan", "Asin", "Acos")},
     **{op: _FLOATS for op in ("Sin", "Cos", "Tan", "Pow")},
     "Mod": _FLOATS + " uint8",

@@ -37,12 +37,15 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
   fuses nothing after it. It becomes Mul(x, x) and its slices along the axis added in order (ORT's order;
   XLA's for 2 components), elementwise. The squares come from one Mul so that none is contracted with an
   add into an FMA, which IREE does to x0 * x0 + x1 * x1 written out (an ulp off in 16% of the sums).
+- ScatterND with indices of rank 1 (one index tuple: a one-element dynamic_update_slice of a vector):
+  torch-mlir's conversion does not legalize it ("failed to legalize operation ... onnx.ScatterND"). Indices
+  and updates get a leading axis of 1, the same scatter as a batch of one.
 - MatMul over an empty contracted axis (jnp.dot of (3, 0) by (0, 4)): iree-compile crashes (in
   AnnotateDispatches, after warning that it reads a tensor.empty). On static shapes it is the zeros constant
   it is, as an empty Slice is the empty constant.
 
-The model must carry inferred shapes (onnx.shape_inference) for the Slice, MatMul, ReduceSumSquare and
-Pad-as-Concat rewrites;
+The model must carry inferred shapes (onnx.shape_inference) for the Slice, MatMul, ScatterND, ReduceSumSquare
+and Pad-as-Concat rewrites;
 others need none.
 """
 from __future__ import annotations
@@ -123,6 +126,8 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
                     replacement = _nan_from(node, a, counter)
             elif node.op_type == "Clip" and elem_types.get(node.input[0]) in _FLOATS:
                 replacement = _nan_from(node, node.input[0], counter)
+            elif node.op_type == "ScatterND" and len(shapes.get(node.input[1], ())) == 1:
+                replacement = _one_more_update_axis(node, graph, counter)
             elif node.op_type == "ReduceL2" and elem_types.get(node.input[0]) == onnx.TensorProto.DOUBLE:
                 replacement = _sqrt_of_sum_square(node, counter)
             elif node.op_type == "ReduceSumSquare" and elem_types.get(node.input[0]) in _FLOATS:
@@ -160,6 +165,16 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
         del graph.node[:]
         graph.node.extend(new_nodes)
     return changed
+
+
+def _one_more_update_axis(node: onnx.NodeProto, graph: onnx.GraphProto, counter: list[int]) -> list[onnx.NodeProto]:
+    """ScatterND with one index tuple (indices of rank 1): the same scatter as a batch of one."""
+    axes = _const(graph, counter, [0])
+    indices, updates = _fresh(node.input[1], counter), _fresh(node.input[2], counter)
+    lifted = [helper.make_node("Unsqueeze", [node.input[1], axes], [indices]),
+              helper.make_node("Unsqueeze", [node.input[2], axes], [updates])]
+    node.input[1], node.input[2] = indices, updates
+    return [*lifted, node]
 
 
 def _local_shape_operands(body: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list[int]) -> bool:
