@@ -37,6 +37,8 @@ def _per_dtype(dtype) -> list[Case]:
     tol = ARITH_TOL[dtype]
     x, y = _x((3, 4), dtype), _x((3, 4), dtype, 1)
     real = rand((3, 4), np.float64 if x64 else np.float32, 2)
+    big = float(np.finfo(real.dtype).max)
+    big_log = 1.2 * np.log(big)
     case = lambda name, fn, args, **kw: Case(f"{name}_{tag}", fn, args, x64=x64, **kw)  # noqa: E731
     return [
         # arithmetic
@@ -64,6 +66,14 @@ def _per_dtype(dtype) -> list[Case]:
              tol=tol),
         case("log_branch_cut", jnp.log, (np.array([-1 + 0j, complex(-1, -0.0), 1j, -1j, 2 - 2j], dtype),), tol=tol),
         case("abs_huge", jnp.abs, (np.array([3e30 + 4e30j, 1e-30 + 1e-30j, 0j, np.inf + 1j], dtype),), tol=tol),
+        # past overflow: exp(a) * sin 0 is no inf * 0 = NaN; |z|, |re| + |z| and a (a + 2) + b^2 overflow at finite z
+        case("exp_overflow", lambda a: (jnp.exp(a), jnp.sinh(a), jnp.cosh(a), jnp.expm1(a)),
+             (np.array([complex(big_log, 0), complex(big_log, -0.0), complex(-big_log, 0), complex(big_log / 2, 1e-20),
+                        complex(np.inf, 0), complex(big_log * 1e10, 0), complex(big_log / 3, 2)], dtype),), tol=tol),
+        case("log_sqrt_log1p_huge", lambda a: (jnp.log(a), jnp.sqrt(a), jnp.log1p(a), jnp.log10(a)),
+             (np.array([complex(-big, 0), complex(big, 0), complex(-big, 1), complex(big, big), complex(-big, big / 4),
+                        1e3j * np.sqrt(big), complex(-1e3 * np.sqrt(big), 5), complex(3, -1e3 * np.sqrt(big))],
+                       dtype),), tol=tol),
         # real, imag, complex, convert
         case("real_imag", lambda a: (jnp.real(a), jnp.imag(a)), (x,)),
         case("make_complex", lax.complex, (real, real[::-1])),

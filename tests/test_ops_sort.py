@@ -179,6 +179,11 @@ COMPOSITE = [
     pytest.param(Case("median", lambda a: jnp.median(a, axis=1), (rand((3, 7)),)), id="median"),
     pytest.param(Case("quantile", lambda a: jnp.quantile(a, 0.3), (rand((11,)),)), id="quantile"),
     pytest.param(Case("argpartition", lambda a: jnp.argpartition(a, 3), (rand((9,)),)), id="argpartition"),
+    # top_k(-x) (x's NaNs, +NaN, become -NaN: last from the top, as in XLA), not NaNs among the k smallest
+    *[pytest.param(Case(f"partition_nan_{np.dtype(d).name}", lambda a: (jnp.partition(a, 1, axis=-1),
+                                                                     jnp.argpartition(a, 3, axis=-1),
+                                                                     lax.top_k(-a, 4)), (special(d, (3, 5)),),
+                        x64=d == F64), id=f"partition_nan_{np.dtype(d).name}") for d in (F32, F16, F64)],
     pytest.param(Case("searchsorted_sort", lambda a, v: jnp.searchsorted(a, v, method="sort"),
                       (np.sort(rand((9,))), rand((4,), seed=3))), id="searchsorted_sort"),
     pytest.param(Case("top_k_grad", jax.grad(lambda a: lax.top_k(a, 3)[0].sum()), (rand((7,)),)),

@@ -112,6 +112,19 @@ def test_softmax_forms_give_one_graph():
     assert all(op_types(f, x48) == Counter({"LogSoftmax": 1}) for f in log_forms)
 
 
+# Rows holding +inf, only -inf, or both: x - max is NaN there, and so is XLA's whole row (ORT's f64 LogSoftmax
+# kernel gave -inf beside the +inf).
+INF_ROWS = np.array([[0.5, 1.0, np.inf, -2.0], [1, 2, 3, 4], [-np.inf] * 4, [np.inf, np.inf, 0, 1]])
+SOFTMAX_INF = [Case(f"{name}_inf_rows_{np.dtype(d).name}", fn, (INF_ROWS.astype(d),), x64=d == np.float64)
+               for name, fn in [("softmax", jax.nn.softmax), ("log_softmax", jax.nn.log_softmax)]
+               for d in (np.float32, np.float64, np.float16)]
+
+
+@pytest.mark.parametrize("case", SOFTMAX_INF, ids=repr)
+def test_softmax_rows_with_infinities(case):
+    run_case(case)
+
+
 def _check_at_opset(fun, args, opset, tol=None):
     compiled = mnjit(fun, opset=opset)
     assert_same(compiled(*args), jax.jit(fun)(*args), tol)

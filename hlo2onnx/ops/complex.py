@@ -303,18 +303,47 @@ def _abs(b, dtype, z: Z) -> ir.Value:
 
 
 def _exp(b, dtype, z: Z) -> Z:
+    """exp(a/2) * (exp(a/2) * cis b), exp(a/2) capped at the largest finite value: exp(a) * sin 0 would be
+    inf * 0 = NaN past overflow (XLA: exp(100 + 0i) is (inf, 0) in complex64), and exp(a) * cos b overflows
+    where the product is finite."""
     t = partial(b.typed, dtype=dtype)
-    scale = t("Exp", z.re)
-    return Z(t("Mul", scale, t("Cos", z.im)), t("Mul", scale, t("Sin", z.im)))
+    return Z(_exp_times(b, dtype, z.re, t("Cos", z.im)), _exp_times(b, dtype, z.re, t("Sin", z.im)))
+
+
+def _exp_times(b, dtype, a: ir.Value, factor: ir.Value) -> ir.Value:
+    """exp(a) * factor as h * (h * factor), h = min(exp(a / 2), max): see _exp."""
+    t = partial(b.typed, dtype=dtype)
+    half = t("Min", t("Exp", t("Mul", a, b.const(0.5, dtype))), b.const(np.finfo(dtype).max, dtype))
+    return t("Mul", half, t("Mul", half, factor))
+
+
+def _log_abs(b, dtype, z: Z) -> ir.Value:
+    """log|z|; where |z| overflows with both parts finite, log(max) + log1p((min/max)^2) / 2."""
+    t = partial(b.typed, dtype=dtype)
+    magnitude = _abs(b, dtype, z)
+    a, c = t("Abs", z.re), t("Abs", z.im)
+    big, small = t("Max", a, c), t("Min", a, c)
+    ratio = t("Div", small, big)
+    log1p = _real_rule(b, dtype, "stablehlo.log_plus_one", t("Mul", ratio, ratio))
+    scaled = t("Add", t("Log", big), t("Mul", log1p, b.const(0.5, dtype)))
+    overflow = b.op("And", t("IsInf", magnitude, result_dtype=bool),
+                    b.op("Not", t("IsInf", big, result_dtype=bool)))
+    return t("Where", overflow, scaled, t("Log", magnitude), cast=(1, 2))
 
 
 def _log(b, dtype, z: Z) -> Z:
-    return Z(b.typed("Log", _abs(b, dtype, z), dtype=dtype), atan2_values(b, dtype, z.im, z.re))
+    return Z(_log_abs(b, dtype, z), atan2_values(b, dtype, z.im, z.re))
 
 
 def sqrt(b, dtype, z: Z) -> Z:
     """t = sqrt((|re| + |z|) / 2); re >= 0: (t, im / 2t), else (|im| / 2t, +-t by im < 0); 0 -> (0, im)."""
     t = partial(b.typed, dtype=dtype)
+    # |z| and |re| + |z| overflow for parts past max / 4: there sqrt(z) = 2 sqrt(z / 4), both scalings exact.
+    large = t("Greater", t("Max", t("Abs", z.re), t("Abs", z.im)), b.const(np.finfo(dtype).max / 4, dtype),
+              result_dtype=bool)
+    scale = lambda x, y: t("Where", large, b.const(x, dtype), b.const(y, dtype), cast=(1, 2))  # noqa: E731
+    shrink, grow = scale(0.25, 1), scale(2, 1)
+    z = Z(t("Mul", z.re, shrink), t("Mul", z.im, shrink))
     root = t("Sqrt", t("Mul", t("Add", t("Abs", z.re), _abs(b, dtype, z)), b.const(0.5, dtype)))
     other = t("Div", z.im, t("Add", root, root))
     negative = t("Less", z.re, b.const(0, dtype), result_dtype=bool)
@@ -324,7 +353,8 @@ def sqrt(b, dtype, z: Z) -> Z:
     re = t("Where", negative, t("Abs", other), root, cast=(1, 2))
     im = t("Where", negative, signed_root, other, cast=(1, 2))
     zero = t("Equal", root, b.const(0, dtype), result_dtype=bool)
-    return Z(t("Where", zero, b.const(0, dtype), re, cast=(1, 2)), t("Where", zero, z.im, im, cast=(1, 2)))
+    return Z(t("Mul", t("Where", zero, b.const(0, dtype), re, cast=(1, 2)), grow),
+             t("Mul", t("Where", zero, z.im, im, cast=(1, 2)), grow))
 
 
 def _reciprocal(b, dtype, z: Z) -> Z:
@@ -405,7 +435,7 @@ def _expm1(b, dtype, z: Z) -> Z:
     half_sin = t("Sin", t("Mul", z.im, b.const(0.5, dtype)))
     re = t("Sub", t("Mul", _real_rule(b, dtype, "stablehlo.exponential_minus_one", z.re), t("Cos", z.im)),
            t("Mul", b.const(2, dtype), t("Mul", half_sin, half_sin)))
-    return Z(re, t("Mul", t("Exp", z.re), t("Sin", z.im)))
+    return Z(re, _exp_times(b, dtype, z.re, t("Sin", z.im)))
 
 
 def _log1p(b, dtype, z: Z) -> Z:
@@ -414,7 +444,10 @@ def _log1p(b, dtype, z: Z) -> Z:
     one = b.const(1, dtype)
     inner = t("Add", t("Mul", z.re, t("Add", z.re, b.const(2, dtype))), t("Mul", z.im, z.im))
     re = t("Mul", _real_rule(b, dtype, "stablehlo.log_plus_one", inner), b.const(0.5, dtype))
-    return Z(re, atan2_values(b, dtype, z.im, t("Add", z.re, one)))
+    # a (a + 2) + b^2 overflows from |z| ~ sqrt(max) on (1e19 in complex64); log|1 + z| has no cancellation there.
+    shifted = Z(t("Add", z.re, one), z.im)
+    re = t("Where", t("IsInf", inner, result_dtype=bool), _log_abs(b, dtype, shifted), re, cast=(1, 2))
+    return Z(re, atan2_values(b, dtype, z.im, shifted.re))
 
 
 def _real_rule(b, dtype, name: str, x: ir.Value) -> ir.Value:

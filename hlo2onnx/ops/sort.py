@@ -15,7 +15,8 @@ bit cast, which ONNX has from opset 26 on (BitCast): there -NaN sorts below
 -inf as in XLA. Below opset 26 every NaN counts as +NaN, which JAX's own
 canonicalization does anyway; only a raw TOTALORDER compare (lax.top_k, a
 total-order compare) of a NaN whose sign bit is set then differs from XLA
-(it sorts first instead of last, from the top).
+(it sorts first instead of last, from the top). A key that is Neg(y) sorts by y
+reversed, so that y's NaNs count as +NaN, not the Neg's (jnp.partition's top_k(-x)).
 """
 from __future__ import annotations
 
@@ -248,10 +249,36 @@ def _order_keys(b, x: ir.Value, dtype: np.dtype, kind: str) -> list[tuple[ir.Val
     return total_order_keys(b, x, dtype, kind == "canonical")
 
 
+def _key_source(x: ir.Value, dtype: np.dtype, key: SortKey) -> tuple[ir.Value, bool]:
+    """(value, descending) to sort by. A total order on Neg(y) is y's reversed, NaNs included: y's NaNs, which
+    count as +NaN where their sign cannot be read, are -NaN after the Neg and so last from the top, as in XLA
+    (jnp.partition and argpartition take the k smallest as top_k(-x): x's NaNs came first, before x's values)."""
+    if key.kind == "total" and is_float(dtype) and (y := _negated(x)) is not None:
+        return y, not key.descending
+    return x, key.descending
+
+
+def _negated(x: ir.Value) -> ir.Value | None:
+    """y where x is Neg(y), or Cast(Neg(Cast(y))) (a Neg run in a wider type)."""
+    node = x.producer()
+    if node is None or node.domain != "" or node.op_type not in ("Neg", "Cast"):
+        return None
+    if node.op_type == "Neg":
+        return node.inputs[0]
+    inner = node.inputs[0].producer()
+    if inner is None or inner.domain != "" or inner.op_type != "Neg":
+        return None
+    widen = inner.inputs[0].producer()
+    if widen is None or widen.domain != "" or widen.op_type != "Cast" or widen.inputs[0].dtype != x.dtype:
+        return None
+    return widen.inputs[0]
+
+
 def keys_permutation(b, operands, dtypes, keys: list[SortKey], n: dims.Dim, axis: int, first: dims.Dim) -> ir.Value:
     """Indices of the first `first` elements in `keys` order along `axis`: stable TopKs, least significant first."""
-    passes = [(part, dtype, key.descending) for key in keys
-              for part, dtype in _order_keys(b, operands[key.operand], dtypes[key.operand], key.kind)]
+    passes = [(part, dtype, descending) for key in keys
+              for source, descending in [_key_source(operands[key.operand], dtypes[key.operand], key)]
+              for part, dtype in _order_keys(b, source, dtypes[key.operand], key.kind)]
     perm = None
     for i, (part, dtype, descending) in enumerate(reversed(passes)):
         current = part if perm is None else b.op("GatherElements", part, perm, axis=axis)
