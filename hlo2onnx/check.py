@@ -66,8 +66,13 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
         if None in symbolic or any(not s.isidentifier() for s in symbolic if s is not None):
             raise CheckError("cannot make inputs for dynamic dims without plain names; give the inputs")
         rng = np.random.default_rng(seed)
-        feeds = [[_random(rng, _concrete(shape, size), dtype) for _, shape, dtype in specs]
-                 for size in (sizes if symbolic else sizes[:1])]
+        try:
+            feeds = [[_random(rng, _concrete(shape, size), dtype) for _, shape, dtype in specs]
+                     for size in (sizes if symbolic else sizes[:1])]
+        except MemoryError:  # a valid module may declare inputs no machine holds (tensor<99999999999xf32>)
+            raise CheckError("not enough memory for random inputs of the model's shapes: "
+                             + ", ".join(f"{name} {dtype}[{','.join(map(str, shape))}]"
+                                         for name, shape, dtype in specs)) from None
     try:
         session = ort.InferenceSession(conversion.to_proto().SerializeToString(),
                                        providers=["CPUExecutionProvider"])
@@ -77,7 +82,11 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
     complex_inputs = _complex_inputs(conversion.loaded)
     max_error, problems, outputs = 0.0, [], 0
     for arrays in feeds:
-        results = session.run_with_ort_values(None, {name: _ort_value(a, ort) for (name, _, _), a in zip(specs, arrays)})
+        try:
+            results = session.run_with_ort_values(None, {name: _ort_value(a, ort)
+                                                         for (name, _, _), a in zip(specs, arrays)})
+        except Exception as e:  # ORT's failures (an allocation past memory, say) are one long line too
+            raise CheckError(f"ONNX Runtime failed to run the model: {' '.join(str(e).split())[:300]}") from None
         actual = [_from_ort_value(value) for value in results]
         # The model holds complex values as (real, imag) pairs on a trailing axis; JAX as complex.
         expected = [_as_pairs(e) for e in reference([_as_complex(a) if i in complex_inputs else a
