@@ -58,6 +58,10 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
     """
     import onnxruntime as ort
 
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes \
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
+        # () made no run at all, and the check passed having compared nothing
+        raise ValueError(f"sizes must be a non-empty sequence of integers >= 0, got {sizes!r}")
     specs = [(v.name, tuple(v.shape), v.dtype.numpy()) for v in conversion.model.graph.inputs]
     if inputs is not None:
         feeds = [_given_inputs(specs, inputs)]
