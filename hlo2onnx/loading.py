@@ -92,7 +92,8 @@ def load(data: bytes | str, context: mlir.Context | None = None) -> Loaded:
         module = _read_bytecode(data, context)
         return Loaded("portable-artifact" if portable else "mlir-bytecode", module, module_name(module))
     try:
-        text = data.decode("utf-8")
+        # A byte order mark (Windows editors save text with one) is no MLIR or HLO: "unexpected character".
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         return _load_exported(data, context)
     if text.lstrip().startswith("HloModule"):
