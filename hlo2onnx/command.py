@@ -181,6 +181,8 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None], limit_p
         if args.external_data:
             folder = os.path.dirname(os.path.realpath(output))
             _refuse_overwriting_input(args.input, os.path.join(folder, args.external_data), "--external-data")
+    if args.input == "-" and args.inputs == "-":
+        raise Hlo2OnnxError("stdin can give the model or --inputs, not both")
     inputs = _read_inputs(args.inputs) if args.inputs else None
     progress = ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
     deadline = _ParseDeadline(args.input, args.parse_limit, progress, announce) if limit_parse else None
@@ -225,18 +227,23 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None], limit_p
 
 
 def _read_inputs(path: str) -> dict:
+    import io
+
     import numpy as np
 
+    from hlo2onnx.loading import read_source
+
+    # Read once, as the model is: a FIFO or pipe (<(...), /dev/stdin) opened a second time waited forever for a
+    # writer, or was empty.
+    data = read_source(path, name=f"--inputs {path}")
     try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-        if magic == b"\x93NUMPY":  # one array (numpy.save): the first input
-            return {"arr_0": np.load(path)}
-        if not magic.startswith(b"PK"):  # else numpy would take it for a pickle and suggest loading it unsafely
+        if data.startswith(b"\x93NUMPY"):  # one array (numpy.save): the first input
+            return {"arr_0": np.load(io.BytesIO(data))}
+        if not data.startswith(b"PK"):  # else numpy would take it for a pickle and suggest loading it unsafely
             raise ValueError("not a .npz file (numpy.savez writes one)")
-        with np.load(path) as npz:
+        with np.load(io.BytesIO(data)) as npz:
             return {name: npz[name] for name in npz.files}
-    except Exception as e:  # missing file, not an npz, truncated (BadZipFile, EOFError, zlib), pickled objects
+    except Exception as e:  # not an npz, truncated (BadZipFile, EOFError, zlib), pickled objects
         detail = (e.strerror if isinstance(e, OSError) else None) or str(e) or type(e).__name__
         raise Hlo2OnnxError(f"cannot read --inputs {path}: {' '.join(detail.split())}") from None
 
