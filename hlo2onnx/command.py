@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
                         "JAX on the same inputs and print the largest difference")
     parser.add_argument("--inputs", metavar="NPZ", help="inputs for --check (implies it): arrays named like the "
-                        "ONNX inputs, or arr_0, arr_1 ... in order (a .npy file: the first input); default: "
-                        "random, from the signature")
+                        "ONNX inputs, or arr_0, arr_1 ... in order (a .npy file: the first input; - reads stdin); "
+                        "default: random, from the signature")
     parser.add_argument("--report", action="store_true", help="print the op mapping: StableHLO ops by kind, "
                         "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
                         "and after, and the nodes the target runs on a fallback")
