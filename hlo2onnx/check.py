@@ -207,8 +207,12 @@ def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.nda
     import jax.extend.backend as jax_backend
 
     with loaded.module.context:
-        if not all(mlir.RankedTensorType(a.type).has_static_shape
-                   for a in function(loaded.module, "main").regions[0].blocks[0].arguments):
+        main = function(loaded.module, "main")
+        signature = mlir.FunctionType(mlir.TypeAttr(main.attributes["function_type"]).value)
+        other = [str(t) for t in [*signature.inputs, *signature.results] if not isinstance(t, mlir.RankedTensorType)]
+        if other:  # the model drops tokens; jax's executable would need them (was a ValueError: "Cannot cast")
+            raise CheckError(f"--check runs modules whose @main takes and returns tensors only, not {other[0]}")
+        if not all(t.has_static_shape for t in signature.inputs):
             raise CheckError("--check on dynamic shapes needs a jax.export artifact (or give static inputs)")
         text = str(loaded.module)
     compat.initialize_lapack()  # the module may call LAPACK (jnp.linalg), which jax initializes lazily
