@@ -5,7 +5,9 @@ attributes arrive as plain `ir.Attribute` and are cast by name here, once.
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+import inspect
+from typing import Any, Callable
 
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import stablehlo
@@ -48,6 +50,25 @@ _LEFT_TO_RULE = frozenset({"value"})
 
 
 def decode_all(op: ir.Operation) -> dict[str, Any]:
+    # Names with a dot are discardable attributes (MLIR prefixes them with their dialect: mhlo.sharding,
+    # mhlo.frontend_attributes, jax.*, other producers' hints): none changes the op's value, and a rule's
+    # keyword arguments are the op's own attributes.
     attributes = op.attributes
     return {name: decode(name, attributes[name]) for name in attributes
-            if name not in _LEFT_TO_RULE and name not in _IGNORED and not name.startswith(("mhlo.", "jax."))}
+            if name not in _LEFT_TO_RULE and name not in _IGNORED and "." not in name}
+
+
+@functools.lru_cache(maxsize=None)
+def _keywords(rule: Callable) -> frozenset[str] | None:
+    """The keyword arguments `rule` takes; None when it takes any (**attributes)."""
+    parameters = inspect.signature(rule).parameters.values()
+    if any(p.kind == p.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def unknown(rule: Callable, attributes: dict[str, Any]) -> list[str]:
+    """The attributes `rule` has no parameter for (an op written by hand or another producer): refused by name,
+    where calling the rule would be a TypeError."""
+    keywords = _keywords(rule)
+    return [] if keywords is None else sorted(set(attributes) - keywords)

@@ -58,6 +58,10 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
     """
     import onnxruntime as ort
 
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes \
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
+        # () made no run at all, and the check passed having compared nothing
+        raise ValueError(f"sizes must be a non-empty sequence of integers >= 0, got {sizes!r}")
     specs = [(v.name, tuple(v.shape), v.dtype.numpy()) for v in conversion.model.graph.inputs]
     if inputs is not None:
         feeds = [_given_inputs(specs, inputs)]
@@ -66,8 +70,13 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
         if None in symbolic or any(not s.isidentifier() for s in symbolic if s is not None):
             raise CheckError("cannot make inputs for dynamic dims without plain names; give the inputs")
         rng = np.random.default_rng(seed)
-        feeds = [[_random(rng, _concrete(shape, size), dtype) for _, shape, dtype in specs]
-                 for size in (sizes if symbolic else sizes[:1])]
+        try:
+            feeds = [[_random(rng, _concrete(shape, size), dtype) for _, shape, dtype in specs]
+                     for size in (sizes if symbolic else sizes[:1])]
+        except MemoryError:  # a valid module may declare inputs no machine holds (tensor<99999999999xf32>)
+            raise CheckError("not enough memory for random inputs of the model's shapes: "
+                             + ", ".join(f"{name} {dtype}[{','.join(map(str, shape))}]"
+                                         for name, shape, dtype in specs)) from None
     try:
         session = ort.InferenceSession(conversion.to_proto().SerializeToString(),
                                        providers=["CPUExecutionProvider"])
@@ -77,7 +86,11 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
     complex_inputs = _complex_inputs(conversion.loaded)
     max_error, problems, outputs = 0.0, [], 0
     for arrays in feeds:
-        results = session.run_with_ort_values(None, {name: _ort_value(a, ort) for (name, _, _), a in zip(specs, arrays)})
+        try:
+            results = session.run_with_ort_values(None, {name: _ort_value(a, ort)
+                                                         for (name, _, _), a in zip(specs, arrays)})
+        except Exception as e:  # ORT's failures (an allocation past memory, say) are one long line too
+            raise CheckError(f"ONNX Runtime failed to run the model: {' '.join(str(e).split())[:300]}") from None
         actual = [_from_ort_value(value) for value in results]
         # The model holds complex values as (real, imag) pairs on a trailing axis; JAX as complex.
         expected = [_as_pairs(e) for e in reference([_as_complex(a) if i in complex_inputs else a
@@ -194,8 +207,12 @@ def reference_runner(loaded: Loaded) -> Callable[[list[np.ndarray]], list[np.nda
     import jax.extend.backend as jax_backend
 
     with loaded.module.context:
-        if not all(mlir.RankedTensorType(a.type).has_static_shape
-                   for a in function(loaded.module, "main").regions[0].blocks[0].arguments):
+        main = function(loaded.module, "main")
+        signature = mlir.FunctionType(mlir.TypeAttr(main.attributes["function_type"]).value)
+        other = [str(t) for t in [*signature.inputs, *signature.results] if not isinstance(t, mlir.RankedTensorType)]
+        if other:  # the model drops tokens; jax's executable would need them (was a ValueError: "Cannot cast")
+            raise CheckError(f"--check runs modules whose @main takes and returns tensors only, not {other[0]}")
+        if not all(t.has_static_shape for t in signature.inputs):
             raise CheckError("--check on dynamic shapes needs a jax.export artifact (or give static inputs)")
         text = str(loaded.module)
     compat.initialize_lapack()  # the module may call LAPACK (jnp.linalg), which jax initializes lazily

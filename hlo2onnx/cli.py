@@ -15,6 +15,7 @@ Exit status: 0 done, 1 error, 2 bad usage, 3 --check found a mismatch,
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -50,7 +51,8 @@ def _supervise(argv: list[str]) -> int:
                  "from hlo2onnx.command import child_main; sys.exit(child_main())")
     try:
         child = subprocess.Popen([sys.executable, "-c", bootstrap, *argv], stderr=subprocess.PIPE,
-                                 pass_fds=(status_write, user_stderr), env=env, preexec_fn=_child_setup())
+                                 pass_fds=(status_write, user_stderr, *_named_fds(argv)), env=env,
+                                 preexec_fn=_child_setup())
     finally:
         os.close(status_write)
         os.close(user_stderr)
@@ -91,6 +93,20 @@ def _supervise(argv: list[str]) -> int:
         sys.stderr.buffer.write(noise)  # warnings of a good run, as the converter printed them
         sys.stderr.flush()
     return code
+
+
+def _named_fds(argv: list[str]) -> list[int]:
+    """The open descriptors the arguments name as files: a shell's process substitution (`hlo2onnx <(gunzip -c
+    m.mlir.gz) -o m.onnx`) passes /dev/fd/63, which the child must inherit to open (it got "No such file")."""
+    named = {int(n) for arg in argv for n in re.findall(r"/(?:dev|proc/self)/fd/(\d+)", arg)}
+    fds = []
+    for fd in sorted(named - {0, 1, 2}):
+        try:
+            os.fstat(fd)
+        except OSError:  # not open here: the child's own error names the path
+            continue
+        fds.append(fd)
+    return fds
 
 
 def _dup_stderr() -> int:

@@ -58,6 +58,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _path(text: str) -> str:
+    # An empty path read as "not given": --inputs "" skipped the check, --triton-repo "" wrote model.onnx instead.
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     from hlo2onnx.pipeline import DEFAULT_OPSET
     from hlo2onnx.serving import DEFAULT_MAX_BATCH_SIZE
@@ -67,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "artifact or XLA HLO text to an ONNX model. The format is recognized from the content.",
                      epilog="exit status: 0 done, 1 error, 2 bad usage, 3 --check found a mismatch, 130 interrupted. "
                      "The output file is replaced only when everything (--check included) succeeded.")
-    parser.add_argument("input", help="the model file; - reads stdin")
-    parser.add_argument("-o", "--output", help="the ONNX file to write (default: the input's name with .onnx; "
+    parser.add_argument("input", type=_path, help="the model file; - reads stdin")
+    parser.add_argument("-o", "--output", type=_path, help="the ONNX file to write (default: the input's name with .onnx; "
                         "- writes stdout)")
     parser.add_argument("--external-data", metavar="NAME", help="write the weights to the file NAME beside the "
                         "model (ONNX external data); done anyway, as <output>.data, when the model passes "
@@ -80,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", help="the ONNX graph's name (default: the module's)")
     parser.add_argument("--dynamic", action="store_true",
                         help="keep symbolic dims (jax.export shape polymorphism) as ONNX dim_params")
-    parser.add_argument("--triton-repo", metavar="DIR", help="write a Triton model repository: DIR/<name>/config.pbtxt "
+    parser.add_argument("--triton-repo", metavar="DIR", type=_path, help="write a Triton model repository: DIR/<name>/config.pbtxt "
                         "and DIR/<name>/1/model.onnx, <name> being --name or the module's (KServe's ONNX runtime "
                         "serves it too; docs/deploy.md). The .onnx file is then written only with -o")
     parser.add_argument("--max-batch-size", metavar="N", type=_non_negative, help="for --triton-repo: the largest "
@@ -88,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_MAX_BATCH_SIZE}); 0: no batching, full shapes")
     parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
                         "JAX on the same inputs and print the largest difference")
-    parser.add_argument("--inputs", metavar="NPZ", help="inputs for --check (implies it): arrays named like the "
-                        "ONNX inputs, or arr_0, arr_1 ... in order (a .npy file: the first input); default: "
-                        "random, from the signature")
+    parser.add_argument("--inputs", metavar="NPZ", type=_path, help="inputs for --check (implies it): arrays named like the "
+                        "ONNX inputs, or arr_0, arr_1 ... in order (a .npy file: the first input; - reads stdin); "
+                        "default: random, from the signature")
     parser.add_argument("--report", action="store_true", help="print the op mapping: StableHLO ops by kind, "
                         "ONNX nodes by type, what each kind became, the fusions that fired, node counts before "
                         "and after, and the nodes the target runs on a fallback")
@@ -181,6 +188,8 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None], limit_p
         if args.external_data:
             folder = os.path.dirname(os.path.realpath(output))
             _refuse_overwriting_input(args.input, os.path.join(folder, args.external_data), "--external-data")
+    if args.input == "-" and args.inputs == "-":
+        raise Hlo2OnnxError("stdin can give the model or --inputs, not both")
     inputs = _read_inputs(args.inputs) if args.inputs else None
     progress = ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
     deadline = _ParseDeadline(args.input, args.parse_limit, progress, announce) if limit_parse else None
@@ -225,18 +234,23 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None], limit_p
 
 
 def _read_inputs(path: str) -> dict:
+    import io
+
     import numpy as np
 
+    from hlo2onnx.loading import read_source
+
+    # Read once, as the model is: a FIFO or pipe (<(...), /dev/stdin) opened a second time waited forever for a
+    # writer, or was empty.
+    data = read_source(path, name=f"--inputs {path}")
     try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-        if magic == b"\x93NUMPY":  # one array (numpy.save): the first input
-            return {"arr_0": np.load(path)}
-        if not magic.startswith(b"PK"):  # else numpy would take it for a pickle and suggest loading it unsafely
+        if data.startswith(b"\x93NUMPY"):  # one array (numpy.save): the first input
+            return {"arr_0": np.load(io.BytesIO(data))}
+        if not data.startswith(b"PK"):  # else numpy would take it for a pickle and suggest loading it unsafely
             raise ValueError("not a .npz file (numpy.savez writes one)")
-        with np.load(path) as npz:
+        with np.load(io.BytesIO(data)) as npz:
             return {name: npz[name] for name in npz.files}
-    except Exception as e:  # missing file, not an npz, truncated (BadZipFile, EOFError, zlib), pickled objects
+    except Exception as e:  # not an npz, truncated (BadZipFile, EOFError, zlib), pickled objects
         detail = (e.strerror if isinstance(e, OSError) else None) or str(e) or type(e).__name__
         raise Hlo2OnnxError(f"cannot read --inputs {path}: {' '.join(detail.split())}") from None
 

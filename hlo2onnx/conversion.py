@@ -94,6 +94,10 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
         source = source.compiler_ir("stablehlo")
     elif isinstance(source, str) and "\n" in source:  # text, not a path (opening it failed as a file name)
         source = source.encode()
+    if not isinstance(source, (str, os.PathLike, bytes, bytearray, mlir.Module, export.Exported)):
+        hint = " (a function converts as jax.jit(f).lower(*args))" if callable(source) else ""
+        raise TypeError(f"expected a path, the file's bytes, a module's text, an mlir.Module, a jax.stages.Lowered "
+                        f"or a jax.export.Exported, got {type(source).__name__}{hint}")
     with timed(timings, "read"):
         data = source if isinstance(source, (bytes, bytearray, mlir.Module, export.Exported)) \
             else read_source(source)

@@ -28,14 +28,16 @@ def save_model(model: ir.Model, path: str | os.PathLike, external_data: str | No
     so a failure never leaves a partial or changed file. Returns the weights file's name (None: no weights
     file). Raises ValueError for an external_data name that is not a plain file name.
     """
-    path = os.path.realpath(path)  # through a symbolic link: the link stays, its target is written
     too_large = weight_bytes(model) >= PROTOBUF_LIMIT
     if _special(path):
         # A device or FIFO (/dev/stdout, a pipe) is written directly: a rename would replace the node itself.
+        # Checked before realpath: a shell's >(...) is /dev/fd/63, whose real path is no path ("pipe:[1234]").
         if external_data is not None or too_large:
-            raise ValueError(f"{path} is not a regular file: the model cannot have an external data file there")
+            raise ValueError(f"{os.fspath(path)} is not a regular file: the model cannot have an external data "
+                             "file there")
         _write_through(model, path)
         return None
+    path = os.path.realpath(path)  # through a symbolic link: the link stays, its target is written
     if external_data is None and too_large:
         external_data = os.path.basename(path) + ".data"
     folder = os.path.dirname(os.path.abspath(path))

@@ -50,19 +50,20 @@ class Loaded:
     exported: export.Exported | None = None
 
 
-def read_source(source: str | os.PathLike, stream_bytes: int | None = None) -> bytes:
+def read_source(source: str | os.PathLike, stream_bytes: int | None = None, *, name: str | None = None) -> bytes:
     """The bytes of a file; `-` reads stdin. A stream (stdin, a pipe, a device) may give at most `stream_bytes`
     (default: half the machine's memory): a regular file's size is known before reading, but a stream like
-    /dev/zero would otherwise be read until the process is killed."""
+    /dev/zero would otherwise be read until the process is killed. `name`: the file in messages (its path)."""
     if str(source) == "-":
-        return _read_stream(sys.stdin.buffer, "stdin", stream_bytes)
+        return _read_stream(sys.stdin.buffer, name or "stdin", stream_bytes)
+    name = name or os.fspath(source)
     try:
         with open(source, "rb") as f:
             if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return f.read()
-            return _read_stream(f, os.fspath(source), stream_bytes)
+            return _read_stream(f, name, stream_bytes)
     except OSError as e:
-        raise InvalidInputError(f"cannot read {os.fspath(source)}: {e.strerror or e}") from None
+        raise InvalidInputError(f"cannot read {name}: {e.strerror or e}") from None
 
 
 _CHUNK = 1 << 26
@@ -92,7 +93,8 @@ def load(data: bytes | str, context: mlir.Context | None = None) -> Loaded:
         module = _read_bytecode(data, context)
         return Loaded("portable-artifact" if portable else "mlir-bytecode", module, module_name(module))
     try:
-        text = data.decode("utf-8")
+        # A byte order mark (Windows editors save text with one) is no MLIR or HLO: "unexpected character".
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         return _load_exported(data, context)
     if text.lstrip().startswith("HloModule"):

@@ -97,8 +97,9 @@ def triton_config(model: ir.Model, name: str, max_batch_size: int = DEFAULT_MAX_
 
     Raises Hlo2OnnxError, naming the input or output, for what Triton cannot serve as asked.
     """
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 0:
-        raise Hlo2OnnxError(f"max_batch_size must be an integer >= 0, got {max_batch_size!r}")
+    # ModelConfig.max_batch_size is an int32: a larger one made a config.pbtxt Triton cannot parse
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or not 0 <= max_batch_size < 2**31:
+        raise Hlo2OnnxError(f"max_batch_size must be an integer from 0 to {2**31 - 1}, got {max_batch_size!r}")
     calls = host_calls.host_calls(model)
     if calls:
         raise Hlo2OnnxError(f"the model calls Python on the host ({len(calls)} mnjit.HostCallback node(s)): only "

@@ -225,8 +225,12 @@ class Translator:
             return [b.const(np.zeros(t.storage.shape, t.storage.dtype)) for t in out_types]
         graph = b.graph
         emitted = len(graph)
+        attributes = attr_codec.decode_all(operation)
+        unknown = attr_codec.unknown(rule, attributes)
+        if unknown:
+            raise UnsupportedOpError(name, self.where(op), f"unknown attribute(s) {', '.join(unknown)}")
         try:
-            outputs = rule(ctx, *inputs, **attr_codec.decode_all(operation))
+            outputs = rule(ctx, *inputs, **attributes)
         except Hlo2OnnxError:
             raise
         except (NotImplementedError, UnsupportedTypeError) as e:

@@ -362,6 +362,7 @@ class MnjitFunction:
 
         def call(dynamic_args: tuple, dynamic_kwargs: dict):
             # Called like jax's Compiled: with the dynamic arguments only; the static ones are the lowering's.
+            jit_options.refuse_static_keywords(self.__name__, dynamic_kwargs, self._static_argnames)
             args = list(dynamic_args)
             for i in positions:
                 args.insert(i, lowered_args[i])

@@ -20,6 +20,16 @@ def call_types(key: tuple) -> tuple:
     return key[0], tuple((shape, dtype) for shape, dtype, _ in key[1]), key[2]
 
 
+def refuse_static_keywords(name: str, kwargs: dict, static_argnames: tuple[str, ...]) -> None:
+    """A compiled signature's call passing a static argument by name again: the lowering's value would run in
+    its place (a silently wrong result where they differ), so it is refused, as jax's Compiled refuses it
+    (another pytree: static arguments are not part of the compiled one)."""
+    passed = sorted(set(kwargs) & set(static_argnames))
+    if passed:
+        raise TypeError(f"{name} was compiled with the static argument(s) {', '.join(passed)} of its lowering: "
+                        "call it with the dynamic arguments only")
+
+
 def check_placement(target: hlo2onnx.Target, device: Any, backend: str | None, in_shardings: Any,
                     out_shardings: Any) -> None:
     """jax.jit's placement options, accepted where they name the device the target runs on already."""

@@ -45,6 +45,54 @@ class BadRequest(ValueError):
     pass
 
 
+def input_spec(value: onnx.ValueInfoProto) -> tuple[np.dtype, list[int | None]]:
+    """An input's dtype and dims (None: symbolic)."""
+    tensor_type = value.type.tensor_type
+    return (np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)),
+            [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim])
+
+
+def parse_request(body: dict, inputs: dict[str, tuple[np.dtype, list[int | None]]],
+                  max_batch_size: int) -> dict[str, np.ndarray]:
+    """The request's tensors, checked against the model's inputs: the datatype, numbers of that kind in its
+    range, the rank and fixed dims, and 1 to max_batch_size rows, the same number for every input. A request
+    the model cannot run must be refused here: joined into a batch, it would fail the other requests there."""
+    feeds = {}
+    for tensor in body["inputs"]:
+        name = tensor["name"]
+        if name not in inputs:
+            raise BadRequest(f"unknown input {name!r}; the model takes {sorted(inputs)}")
+        dtype, dims = inputs[name]
+        if DATATYPES.get(tensor["datatype"]) != dtype:
+            raise BadRequest(f"input {name!r} must be {DATATYPE_OF[dtype]}")
+        shape = tensor["shape"]
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise BadRequest(f"input {name!r}: the shape must be a list of sizes, got {shape!r}")
+        if len(shape) != len(dims) or any(d is not None and d != n for d, n in zip(dims[1:], shape[1:])):
+            wanted = ", ".join("batch" if d is None else str(d) for d in dims)
+            raise BadRequest(f"input {name!r} must have the shape [{wanted}], got {shape}")
+        feeds[name] = _numbers(name, tensor["data"], dtype).reshape(shape)
+    if set(feeds) != set(inputs):
+        raise BadRequest(f"missing inputs {sorted(set(inputs) - set(feeds))}")
+    rows = {len(a) if a.ndim else 0 for a in feeds.values()}
+    if len(rows) != 1 or not 1 <= min(rows) <= max_batch_size:
+        raise BadRequest(f"every input needs the same batch of 1 to {max_batch_size} rows on axis 0")
+    return feeds
+
+
+def _numbers(name: str, data, dtype: np.dtype) -> np.ndarray:
+    """`data` as `dtype`, refused where numpy would cast it silently (1.5 to an INT32 as 1) or overflow."""
+    given = np.asarray(data)
+    if given.size == 0:
+        return given.astype(dtype)
+    if given.dtype.kind not in "biuf" or not np.can_cast(given.dtype, dtype, "same_kind"):
+        raise BadRequest(f"input {name!r} takes {DATATYPE_OF[dtype]} data, got {given.dtype.name} values")
+    array = given.astype(dtype)
+    if dtype.kind in "iu" and not np.array_equal(array, given):
+        raise BadRequest(f"input {name!r}: values out of the range of {DATATYPE_OF[dtype]}")
+    return array
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 1})
 class OnnxModel:
     def __init__(self, path: str, name: str, max_batch_size: int, batch_wait_timeout_s: float):
@@ -55,8 +103,7 @@ class OnnxModel:
         self.max_batch_size = max_batch_size
         self.session = ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
         graph = onnx.load(path, load_external_data=False).graph
-        self.inputs = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
-                       for i in graph.input}
+        self.inputs = {i.name: input_spec(i) for i in graph.input}
         self.outputs = [o.name for o in graph.output]
         self.infer.set_max_batch_size(max_batch_size)
         self.infer.set_batch_wait_timeout_s(batch_wait_timeout_s)
@@ -74,22 +121,7 @@ class OnnxModel:
              "data": value.ravel().tolist()} for name, value in zip(self.outputs, outputs)]})
 
     def parse(self, body: dict) -> dict[str, np.ndarray]:
-        """The request's tensors, checked against the model's inputs: each must have 1 to max_batch_size rows,
-        the same number for every input."""
-        feeds = {}
-        for tensor in body["inputs"]:
-            name = tensor["name"]
-            if name not in self.inputs:
-                raise BadRequest(f"unknown input {name!r}; the model takes {sorted(self.inputs)}")
-            if DATATYPES.get(tensor["datatype"]) != self.inputs[name]:
-                raise BadRequest(f"input {name!r} must be {DATATYPE_OF[np.dtype(self.inputs[name])]}")
-            feeds[name] = np.asarray(tensor["data"], dtype=self.inputs[name]).reshape(tensor["shape"])
-        if set(feeds) != set(self.inputs):
-            raise BadRequest(f"missing inputs {sorted(set(self.inputs) - set(feeds))}")
-        rows = {len(a) if a.ndim else 0 for a in feeds.values()}
-        if len(rows) != 1 or not 1 <= min(rows) <= self.max_batch_size:
-            raise BadRequest(f"every input needs the same batch of 1 to {self.max_batch_size} rows on axis 0")
-        return feeds
+        return parse_request(body, self.inputs, self.max_batch_size)
 
     # Batches count rows, not requests (batch_size_fn, Ray >= 2.53): one run never passes max_batch_size rows.
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005,

@@ -55,6 +55,11 @@ FORMATS = {
     "jax-export-multiplatform": lambda: bytes(export.export(jax.jit(mlp), platforms=("cpu", "cuda"))(X, PARAMS)
                                               .serialize()),
     "hlo-text": lambda: lowered().as_text(dialect="hlo").encode(),
+    # as a Windows editor saves text: a byte order mark (refused as an "unexpected character"), CRLF line ends
+    "stablehlo-text+bom": lambda: b"\xef\xbb\xbf" + FORMATS["stablehlo-text"](),
+    "hlo-text+bom": lambda: b"\xef\xbb\xbf" + FORMATS["hlo-text"](),
+    "stablehlo-text+crlf": lambda: FORMATS["stablehlo-text"]().replace(b"\n", b"\r\n"),
+    "hlo-text+crlf": lambda: FORMATS["hlo-text"]().replace(b"\n", b"\r\n"),
 }
 
 
@@ -97,7 +102,7 @@ def test_round_trip(fmt, tmp_path, capsys):
     status, out, err = run_cli([source, "-o", tmp_path / "model.onnx", "--verbose"], capsys)
     assert status == 0, err
     assert out == ""
-    expected_format = "jax-export" if fmt.startswith("jax-export") else fmt
+    expected_format = "jax-export" if fmt.startswith("jax-export") else fmt.split("+")[0]
     assert err.startswith(f"hlo2onnx: {FORMAT_NAMES[expected_format]}: "), err
     for stage in ("read", "parse", "translate", "save"):
         assert f"  {stage}" in err
@@ -385,11 +390,17 @@ def test_huge_dims_convert_lazily(case, tmp_path, capsys):
     (["{src}", "-o", "{dir}/m.onnx", "--external-data", "weights"], "'weights' is a folder beside the model", 1),
     (["{src}", "--triton-repo", "{dir}", "--max-batch-size", "0", "--name", "model.mlir"],
      "exists and is not a folder", 1),
+    # An empty path was "not given": --inputs "" skipped the check (exit 0), --triton-repo "" wrote model.onnx.
+    (["{src}", "--inputs", ""], "argument --inputs: an empty path", 2),
+    (["{src}", "--triton-repo", ""], "argument --triton-repo: an empty path", 2),
+    (["{src}", "-o", ""], "argument -o/--output: an empty path", 2),
+    ([""], "argument input: an empty path", 2),
 ], ids=["directory", "missing", "opset-range", "opset-type", "parse-limit-negative", "parse-limit-type", "target",
         "unknown-flag", "stdin-no-output",
         "missing-npz", "unwritable-output", "no-input", "inputs-not-npz", "output-is-input", "output-links-to-input",
         "external-data-is-input", "external-data-is-model", "external-data-empty", "external-data-parent",
-        "external-data-folder", "triton-model-is-input"])
+        "external-data-folder", "triton-model-is-input", "inputs-empty", "triton-repo-empty", "output-empty",
+        "input-empty"])
 def test_bad_invocation(argv, expected, code, tmp_path, capsys):
     source = tmp_path / "model.mlir"
     text = lowered().as_text()

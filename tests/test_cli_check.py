@@ -113,3 +113,32 @@ def test_check_agrees_on_lapack_and_complex_modules(case, fmt, tmp_path, capsys)
     status, out, err = run_cli([source, "-o", tmp_path / "m.onnx", "--check"], capsys)
     assert status == 0, out + err
     assert ": ok" in out
+
+
+# Valid modules --check cannot run on this machine: one error line, the old output kept (both were an "internal
+# error": numpy's MemoryError making the random inputs, ONNX Runtime's allocation failure leaking out).
+UNCHECKABLE = {
+    "input-past-memory": ("func.func @main(%a: tensor<99999999999xf32>) -> tensor<99999999999xf32> {\n"
+                          "  %0 = stablehlo.abs %a : tensor<99999999999xf32>\n  return %0 : tensor<99999999999xf32>\n}\n",
+                          "not enough memory for random inputs of the model's shapes: in0 float32[99999999999]"),
+    "result-past-memory": ("func.func @main(%a: tensor<f32>) -> tensor<100000x100000x1000xf32> {\n"
+                           "  %0 = stablehlo.broadcast_in_dim %a, dims = [] : (tensor<f32>) -> "
+                           "tensor<100000x100000x1000xf32>\n  return %0 : tensor<100000x100000x1000xf32>\n}\n",
+                           "ONNX Runtime failed to run the model: "),
+    # the model drops the order token; JAX's executable cannot be given one (was a ValueError, "Cannot cast")
+    "token-argument": ("func.func @main(%t: !stablehlo.token, %a: tensor<2xf32>) -> (!stablehlo.token, "
+                       "tensor<2xf32>) {\n  return %t, %a : !stablehlo.token, tensor<2xf32>\n}\n",
+                       "--check runs modules whose @main takes and returns tensors only, not !stablehlo.token"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNCHECKABLE))
+def test_a_check_that_cannot_run_is_one_error_line(case, tmp_path, capsys):
+    text, expected = UNCHECKABLE[case]
+    source, output = tmp_path / "model.mlir", tmp_path / "m.onnx"
+    source.write_text(text)
+    output.write_bytes(b"old")
+    status, out, err = run_cli([source, "-o", output, "--check"], capsys)
+    assert status == 1 and err.count("\n") == 1 and err.startswith("hlo2onnx: error: "), err
+    assert expected in err and "internal error" not in err, err
+    assert output.read_bytes() == b"old"

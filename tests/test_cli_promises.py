@@ -416,3 +416,65 @@ def test_an_endless_stream_is_an_error_not_an_oom(tmp_path):
                     read_source(fifo, stream_bytes=bound)
         finally:
             writer.join()
+
+
+def _npz_bytes() -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, X, W)
+    return buffer.getvalue()
+
+
+# Streams named by path: the shell's process substitution (<(...), >(...): /dev/fd/63) and a FIFO. The
+# converter child did not inherit /dev/fd/N ("No such file or directory"); an output /dev/fd/N was resolved to
+# its real path, "pipe:[1234]" ("cannot write"); --inputs opened its file twice (a FIFO waited for a second
+# writer forever, a pipe was empty the second time).
+STREAMED = {"model-from-fd": ("input", "fd"), "model-to-fd": ("output", "fd"),
+            "inputs-from-fd": ("inputs", "fd"), "inputs-from-fifo": ("inputs", "fifo")}
+
+
+@pytest.mark.parametrize("case", list(STREAMED))
+def test_streams_named_by_path(case, tmp_path):
+    role, kind = STREAMED[case]
+    source, output = tmp_path / "m.mlir", tmp_path / "m.onnx"
+    source.write_text(lowered().as_text())
+    payload = {"input": source.read_bytes(), "inputs": _npz_bytes(), "output": None}[role]
+    received, fds = [], []
+    if kind == "fifo":
+        path = str(tmp_path / "stream")
+        os.mkfifo(path)
+        def pump():
+            with open(path, "wb") as f:
+                f.write(payload)
+        pump = threading.Thread(target=pump, daemon=True)
+    else:
+        read_end, write_end = os.pipe()
+        fds = [write_end if role == "output" else read_end]
+        path = f"/dev/fd/{fds[0]}"
+        ours = read_end if role == "output" else write_end
+
+        def pump():
+            with open(ours, "rb" if role == "output" else "wb") as f:
+                if role == "output":
+                    received.append(f.read())
+                else:
+                    f.write(payload)
+        pump = threading.Thread(target=pump, daemon=True)
+    pump.start()
+    argv = {"input": [path, "-o", output], "output": [source, "-o", path],
+            "inputs": [source, "-o", output, "--inputs", path]}[role]
+    try:
+        result = subprocess.run([PYTHON, "-m", "hlo2onnx", *map(str, argv)], cwd=ROOT, capture_output=True,
+                                text=True, timeout=90, pass_fds=fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    pump.join(timeout=30)
+    assert result.returncode == 0, result.stderr
+    model_bytes = received[0] if role == "output" else output.read_bytes()
+    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, dict(zip([i.name for i in session.get_inputs()], (X, W))))[0],
+                               np.asarray(jax.jit(model)(X, W)), rtol=2e-6, atol=2e-6)
+    if role == "inputs":
+        assert result.stdout.rstrip().endswith(": ok"), result.stdout

@@ -245,6 +245,19 @@ def test_compiled_refuses_another_signature():
         compiled(rand((3, 2)))
 
 
+@pytest.mark.parametrize("power", [2, 3], ids=["same_value", "other_value"])
+@pytest.mark.parametrize("options", [{}, {"fallback": True}], ids=["whole", "fallback"])
+def test_compiled_refuses_a_static_argument_passed_again(power, options):
+    """A static keyword given to the compiled signature again: jax's Compiled refuses it (another pytree); mnjit
+    ran the lowering's power=2 whatever was passed (x * 1.5**2 for power=3)."""
+    spec, x, y = jax.ShapeDtypeStruct((3, 2), jnp.float32), rand((3, 2)), np.float32(1.5)
+    with pytest.raises(TypeError):
+        jax.jit(_scaled, static_argnames="power").lower(spec, y, power=2).compile()(x, y, power=power)
+    compiled = mnjit(_scaled, static_argnames="power", **options).lower(spec, y, power=2).compile()
+    with pytest.raises(TypeError, match="static argument.* power"):
+        compiled(x, y, power=power)
+
+
 @pytest.mark.parametrize("lowered_with, called_with", [
     (2.0, np.float32(3.0)),  # lowered with a Python float, called with a float32 scalar
     (np.float32(2.0), 3.0),  # and the other way round: jax's Compiled checks types without weakness

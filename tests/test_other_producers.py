@@ -51,6 +51,16 @@ HANDWRITTEN = [
       }) : (tensor<i1>) -> tensor<4xcomplex<f32>>
       return %0 : tensor<4xcomplex<f32>>
     }""", lambda p, x: lax.cond(p, lambda y: y * y, lambda y: -y, x), (np.bool_(True), Z4)),
+    # Discardable attributes (dialect-prefixed hints: TF's device, torch-xla's or a user's own) change no value;
+    # all but mhlo.* and jax.* reached the rules as keyword arguments (a TypeError, "internal error").
+    ("hints_on_ops", """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = stablehlo.sine %x {tf.device = "/cpu:0", my.hint = 7 : i32} : tensor<4xf32>
+      %1 = stablehlo.add %0, %x {xla.note = "a", mhlo.sharding = "{replicated}"} : tensor<4xf32>
+      %2 = stablehlo.slice %1 [1:4] {torch.stack = [1, 2]} : (tensor<4xf32>) -> tensor<3xf32>
+      %3 = stablehlo.concatenate %2, %x, dim = 0 {sdy.note = unit} : (tensor<3xf32>, tensor<4xf32>) -> tensor<7xf32>
+      %4 = stablehlo.slice %3 [0:4] : (tensor<7xf32>) -> tensor<4xf32>
+      return %4 : tensor<4xf32>
+    }""", lambda x: jnp.concatenate([(jnp.sin(x) + x)[1:], x])[:4], (rand((4,)),)),
 ]
 
 
@@ -106,3 +116,31 @@ def test_symbolic_shapes():
         x = rand((n, 3), seed=n)
         (actual,) = session.run(None, {session.get_inputs()[0].name: x})
         np.testing.assert_allclose(actual, np.asarray(jax.jit(fun)(x)), rtol=1e-6)
+
+
+
+# An undotted attribute the op's rule has no parameter for (a hand-written module): an UnsupportedOpError naming
+# it, never the TypeError of calling the rule with it.
+UNKNOWN_ATTRIBUTE = {
+    "op": ("""func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = stablehlo.abs %x {mystery = 7 : i32} : tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }""", "stablehlo.abs: unknown attribute.* mystery"),
+    "sort-comparator": ("""func.func @main(%x: tensor<5xf32>) -> tensor<5xf32> {
+      %0 = "stablehlo.sort"(%x) <{dimension = 0 : i64, is_stable = true}> ({
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+        %n = stablehlo.negate %a {mystery = 1 : i32} : tensor<f32>
+        %m = stablehlo.negate %b : tensor<f32>
+        %c = stablehlo.compare LT, %n, %m, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        stablehlo.return %c : tensor<i1>
+      }) : (tensor<5xf32>) -> tensor<5xf32>
+      return %0 : tensor<5xf32>
+    }""", "stablehlo.sort: .*stablehlo.negate with unknown attribute.* mystery"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNKNOWN_ATTRIBUTE))
+def test_an_attribute_no_rule_knows_is_refused_by_name(case):
+    text, message = UNKNOWN_ATTRIBUTE[case]
+    with pytest.raises(hlo2onnx.UnsupportedOpError, match=message):
+        hlo2onnx.translate(hlo2onnx.parse_module(text))

@@ -5,6 +5,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -102,3 +103,58 @@ def test_ray_serve_sample_matches_jit(tmp_path):
         for actual, wanted in zip(answer.values(), expected, strict=True):
             assert actual.shape == wanted.shape
             np.testing.assert_allclose(actual, np.asarray(wanted), rtol=rtol * 10, atol=atol * 10)
+
+
+# -- bad requests, refused by the sample's parse_request (no cluster needed) -------------------------------------
+def _request(x=None, label=None, **changes):
+    x = np.ones((2, 16), np.float32) if x is None else x
+    label = np.zeros(2, np.int32) if label is None else label
+    tensors = {"x": {"name": "x", "shape": list(np.shape(x)), "datatype": "FP32", "data": np.ravel(x).tolist()},
+               "label": {"name": "label", "shape": list(np.shape(label)), "datatype": "INT32",
+                         "data": np.ravel(label).tolist()}}
+    for key, value in changes.items():  # "x_shape": [...] sets tensors["x"]["shape"]
+        name, field = key.split("_", 1)
+        tensors[name][field] = value
+    return {"inputs": list(tensors.values())}
+
+
+# Each joined into a batch with good requests failed them all (np.concatenate, ORT), or ran on a silently cast value.
+BAD_REQUESTS = {
+    "inner-dim": (_request(x=np.ones((2, 15), np.float32)), "must have the shape [batch, 16], got [2, 15]"),
+    "rank": (_request(x=np.ones((2, 16, 1), np.float32)), "must have the shape [batch, 16]"),
+    "float-for-int": (_request(label_data=[1.5, 0.0]), "takes INT32 data, got float64 values"),
+    "int-out-of-range": (_request(label_data=[2**40, 0]), "out of the range of INT32"),
+    "negative-shape": (_request(x_shape=[-1, 16]), "the shape must be a list of sizes"),
+    "text-data": (_request(label_data=["a", "b"]), "takes INT32 data, got str"),
+}
+
+
+@pytest.fixture(scope="module")
+def serve_ray():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serve_ray_sample", SAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def model_inputs(serve_ray):
+    model = hlo2onnx.convert(exported(False), dynamic=True).to_proto()
+    return {value.name: serve_ray.input_spec(value) for value in model.graph.input}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_a_request_the_model_cannot_run_is_refused(case, serve_ray, model_inputs):
+    body, message = BAD_REQUESTS[case]
+    with pytest.raises(serve_ray.BadRequest, match=re.escape(message)):
+        serve_ray.parse_request(body, model_inputs, 32)
+
+
+def test_a_good_request_is_parsed(serve_ray, model_inputs):
+    x, label = inputs(3, False)
+    feeds = serve_ray.parse_request(_request(x, label), model_inputs, 32)
+    np.testing.assert_array_equal(feeds["x"], x)
+    np.testing.assert_array_equal(feeds["label"], label)
+    assert feeds["x"].dtype == np.float32 and feeds["label"].dtype == np.int32

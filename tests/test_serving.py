@@ -206,6 +206,21 @@ def test_refuses_a_name_that_is_no_folder_name(tmp_path, name):
         hlo2onnx.write_triton_repo(hlo2onnx.convert(exported(False), dynamic=True), tmp_path, name=name)
 
 
+# ModelConfig.max_batch_size is an int32: 2**31 was written into a config.pbtxt Triton could not parse.
+@pytest.mark.parametrize("size", [-1, 2**31, 2**40, 1.5, True], ids=["negative", "int32-max-plus-1", "huge", "float",
+                                                                     "bool"])
+def test_refuses_a_max_batch_size_triton_cannot_read(tmp_path, size):
+    with pytest.raises(Hlo2OnnxError, match="max_batch_size must be an integer from 0 to 2147483647"):
+        hlo2onnx.write_triton_repo(hlo2onnx.convert(exported(False), dynamic=True), tmp_path, max_batch_size=size)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_largest_max_batch_size_parses(tmp_path):
+    path = hlo2onnx.write_triton_repo(hlo2onnx.convert(exported(False), dynamic=True), tmp_path,
+                                      max_batch_size=2**31 - 1)
+    assert parse_config(path).max_batch_size == 2**31 - 1
+
+
 # -- an existing repository -------------------------------------------------------------------------------------
 def test_a_failed_write_leaves_the_repository_as_it_was(tmp_path, monkeypatch):
     conversion = hlo2onnx.convert(exported(False), dynamic=True)

@@ -353,7 +353,11 @@ def _emit_pairwise(ctx: RuleContext, block: mlir.Block, args: list[ir.Value], sh
         widen = lambda v: TensorType(tuple(shape), tensor_type(v.type).dtype)  # noqa: E731
         sub = RuleContext(ctx.b, op.operation, [widen(v) for v in op.operands], [widen(r) for r in op.results],
                           ctx.translator)
-        outputs = rule(sub, *[env[v] for v in op.operands], **attr_codec.decode_all(op))
+        attributes = attr_codec.decode_all(op)
+        if attr_codec.unknown(rule, attributes):
+            raise NotImplementedError(f"sort comparator's {name} with unknown attribute(s) "
+                                      f"{', '.join(attr_codec.unknown(rule, attributes))}")
+        outputs = rule(sub, *[env[v] for v in op.operands], **attributes)
         outputs = [outputs] if isinstance(outputs, ir.Value) else list(outputs)
         for result, value, ttype in zip(op.results, outputs, sub.out_types):
             if value.type is None:
