@@ -259,6 +259,10 @@ class MnjitFunction:
             raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
 
     def _call_python(self, args: tuple, kwargs: dict):
+        if not compat.trace_state_clean():
+            # Under a trace that closes over concrete arguments (an outer jit's constants, checkify, make_jaxpr):
+            # jax.jit stages the call there, so its effects run with the program, not once at trace time.
+            return self._jitted(*args, **kwargs)
         try:
             key, leaves = self._key(args, kwargs)
         except _TracerSeen:

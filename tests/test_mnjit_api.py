@@ -106,6 +106,44 @@ def test_grad_vmap_and_outer_jit_trace_through():
     assert f.translations == 0  # all traced through, none ran on ORT
 
 
+def _effects_per_call(jit):
+    """How many times an effect inside jit(g) runs over three calls of an outer jit closing over g's argument."""
+    calls = []
+
+    def g(x):
+        jax.debug.callback(lambda _: calls.append(1), x)
+        return x * 2
+    x = jnp.arange(3.0)
+    outer = jax.jit(lambda y: jit(g)(x) + y)
+    for _ in range(3):
+        outer(jnp.ones(3)).block_until_ready()
+    return len(calls)
+
+
+def _checkify_failure(jit):
+    from jax.experimental import checkify
+
+    def f(x):
+        checkify.check(jnp.all(x > 0), "not positive: {}", x.sum())
+        return x * 2
+    error, out = checkify.checkify(jit(f))(jnp.arange(3.0) - 5)
+    return error.get(), np.asarray(out).tolist()
+
+
+# Concrete arguments under a trace (an outer jit's closure, checkify's, make_jaxpr's): jax.jit stages the call there.
+CLOSED_OVER_CASES = {
+    "effects_run_per_call": _effects_per_call,
+    "checkify_functionalizes_checks": _checkify_failure,
+    "make_jaxpr_stages_the_call": lambda jit: len(jax.make_jaxpr(functools.partial(jit(jnp.sin), jnp.arange(3.0)))().eqns),
+}
+
+
+@pytest.mark.parametrize("name", list(CLOSED_OVER_CASES))
+def test_concrete_arguments_under_a_trace_are_staged_like_jax_jit(name):
+    case = CLOSED_OVER_CASES[name]
+    assert case(mnjit) == case(jax.jit)
+
+
 def test_nested_mnjit_and_grad_of_mnjit_under_mnjit():
     inner = mnjit(lambda x: jnp.sin(x) * 2)
     outer = mnjit(lambda x: inner(x).sum() + inner(x * 2).max())
