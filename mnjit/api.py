@@ -206,6 +206,9 @@ class MnjitFunction:
         """A bound method when it decorates one, as jax.jit's result is (`self` is then argument 0)."""
         return self if instance is None else types.MethodType(self, instance)
 
+    def __deepcopy__(self, memo: dict) -> MnjitFunction:
+        return self  # as a Python function's (jax.jit's copy shares its function and cache); locks do not copy
+
     def __call__(self, *args, **kwargs):
         if jax.config.jax_disable_jit:  # as jax.jit's: the function runs op by op (print, pdb, concrete values)
             return self._fun(*args, **kwargs)
@@ -259,14 +262,13 @@ class MnjitFunction:
             raise ValueError(f"non-hashable static arguments are not supported: {e}") from None
 
     def _call_python(self, args: tuple, kwargs: dict):
-        if not compat.trace_state_clean():
-            # Under a trace that closes over concrete arguments (an outer jit's constants, checkify, make_jaxpr):
-            # jax.jit stages the call there, so its effects run with the program, not once at trace time.
-            return self._jitted(*args, **kwargs)
         try:
+            # Under grad/vmap/an outer jit, or a trace closing over concrete arguments (checkify, an outer jit's
+            # constants): staged exactly like jax.jit's call, effects running with the program, not at trace time.
+            if not compat.trace_state_clean():
+                raise _TracerSeen
             key, leaves = self._key(args, kwargs)
         except _TracerSeen:
-            # Under grad/vmap/an outer jit: behave exactly like jax.jit.
             return self._jitted(*args, **kwargs)
         except TypeError:
             self._jitted.trace(*args, **kwargs)  # a non-array argument: jax.jit's error names the function and path

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import gc
@@ -429,6 +430,15 @@ def test_decorated_methods_bind_like_jax_jit(jit):
     assert_same(cls.apply(cls(2.0), x), cls(2.0).apply(x))  # looked up on the class: unbound
     with pytest.raises(TypeError, match="not_static"):  # self traced as an array: jax.jit's own error
         cls(2.0).not_static(x)
+
+
+@pytest.mark.parametrize("copy", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+def test_copies_call_like_jax_jits(copy):
+    """A model object holding a jitted function is copied whole (a training state's deepcopy)."""
+    state = {"step": mnjit(lambda x: jnp.sin(x) * 2), "x": rand((3,))}
+    state["step"](state["x"])
+    copied = copy(state)
+    assert_same(copied["step"](copied["x"]), jax.jit(lambda x: jnp.sin(x) * 2)(state["x"]))
 
 
 def test_a_symbolic_lowering_does_not_compile():
