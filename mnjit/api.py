@@ -337,12 +337,12 @@ class MnjitFunction:
         nums = self._static_argnums
         if nums and nums[0] < 0:  # only a function with *args keeps negative positions (jit_options)
             nums = jit_options.resolve_argnums(nums, len(args))
-        static = tuple(args[i] for i in nums if i < len(args))
+        positional = tuple(args[i] for i in nums if i < len(args))
         dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
         names = self._static_argnames
-        static += tuple((k, kwargs[k]) for k in names if k in kwargs)
+        keyword = tuple((k, kwargs[k]) for k in names if k in kwargs)
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in names}
-        return static, dyn_args, dyn_kwargs
+        return jit_options.static_key(positional, keyword), dyn_args, dyn_kwargs
 
     # -- capture and translation -------------------------------------------------------
     def lower(self, *args, **kwargs) -> MnjitLowered | partitioned.PartitionedLowered:

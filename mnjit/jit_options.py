@@ -7,11 +7,19 @@ from typing import Any, Callable
 import hlo2onnx
 
 
+def static_key(positional: tuple, keyword: tuple[tuple[str, Any], ...]) -> tuple:
+    """A call's static arguments in its cache key. As in jax.jit's, equal values of other types (2, 2.0, True,
+    np.int64(2)) are other signatures: the function may branch on the type. Positional and keyword ones are
+    apart: a positional value ("n", 2) is not the keyword n=2."""
+    return positional, keyword, tuple(type(v) for v in positional + tuple(v for _, v in keyword))
+
+
 def describe(key: tuple) -> str:
     """A signature (a cache key) as the argument types it stands for."""
     treedef, signature, static = key[0], key[1], key[2]
     types = ", ".join(f"{dtype.name}{list(shape)}{' (weak)' if weak else ''}" for shape, dtype, weak in signature)
-    return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
+    values = static[0] + tuple(f"{k}={v!r}" for k, v in static[1]) if static else ()
+    return f"arguments ({types}) in the structure {treedef}" + (f", static {values}" if values else "")
 
 
 def call_types(key: tuple) -> tuple:

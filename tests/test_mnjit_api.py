@@ -58,6 +58,31 @@ def test_static_argnums_and_argnames():
         by_num(x, [1], mode="mul")
 
 
+def _by_type(x, n):
+    """Branches on the static argument's type, as code dispatching on int/float/bool/tuple does."""
+    if isinstance(n, tuple):
+        return x * n[1] + 5
+    return {bool: -x, int: x * 10, float: x + 100}.get(type(n), x - 1)
+
+
+# Static arguments that are equal (and hash alike) but are other signatures for jax.jit: a call with each in turn.
+STATIC_KEY_CASES = {
+    "int_float_bool": ({"static_argnums": 1}, [((2,), {}), ((2.0,), {}), ((True,), {})]),
+    "python_numpy": ({"static_argnums": 1}, [((2,), {}), ((np.int64(2),), {})]),
+    "keyword_types": ({"static_argnames": "n"}, [((), {"n": 1}), ((), {"n": 1.0})]),
+    "positional_tuple_vs_keyword": ({"static_argnums": 1}, [((), {"n": 2}), ((("n", 2),), {})]),
+}
+
+
+@pytest.mark.parametrize("name", list(STATIC_KEY_CASES))
+def test_static_arguments_of_other_types_are_other_signatures(name):
+    options, calls = STATIC_KEY_CASES[name]
+    x = jnp.arange(3.0)
+    ours, ref = mnjit(_by_type, **options), jax.jit(_by_type, **options)
+    for args, kwargs in calls:
+        assert_same(ours(x, *args, **kwargs), ref(x, *args, **kwargs))
+
+
 def test_unused_arguments_do_not_shift_inputs():
     def f(a, unused, b):
         return a - b
