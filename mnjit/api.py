@@ -38,12 +38,6 @@ def _leaf_signature(leaf: Any) -> tuple:
     return aval.shape, aval.dtype, aval.weak_type
 
 
-def _has_symbolic_dims(tree) -> bool:
-    """Whether some leaf's shape has a dim that is not a number (jax.export.symbolic_shape)."""
-    return any(not isinstance(d, int) for leaf in jax.tree_util.tree_leaves(tree)
-               for d in getattr(leaf, "shape", ()))
-
-
 class _PythonPath(Exception):
     """Raised while jax.jit traces the fast path: this signature runs through mnjit's Python path."""
 
@@ -238,7 +232,7 @@ class MnjitFunction:
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn_args, dyn_kwargs))
         signature = tuple((leaf.aval.shape, leaf.aval.dtype, leaf.aval.weak_type) for leaf in leaves)
-        key = (treedef, signature, static, jax.config.jax_enable_x64)
+        key = (treedef, signature, static, compat.trace_context(), jax.config.jax_enable_x64)
         entry = self._cache.get(key)
         if entry is None:
             abstract = jax.tree_util.tree_map(
@@ -253,7 +247,9 @@ class MnjitFunction:
         """The cache key of a call (arrays or ShapeDtypeStructs; _TracerSeen for tracers) and its leaves."""
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn_args, dyn_kwargs))
-        return (treedef, tuple(map(_leaf_signature, leaves)), static, jax.config.jax_enable_x64), leaves
+        # jax.jit's configuration too (compat.trace_context): threefry_partitionable changes random values.
+        return (treedef, tuple(map(_leaf_signature, leaves)), static, compat.trace_context(),
+                jax.config.jax_enable_x64), leaves
 
     def _cached(self, key: Hashable) -> _CacheEntry | None:
         try:
@@ -349,7 +345,7 @@ class MnjitFunction:
         """Captures and translates one signature. Arguments may be arrays or jax.ShapeDtypeStructs; shapes
         may hold symbolic dims (`jax.export.symbolic_shape("b, 3")`), which the model keeps as ONNX
         dim_params named as written (for `save`: mnjit itself runs concrete shapes)."""
-        if _has_symbolic_dims((args, kwargs)):
+        if jit_options.has_symbolic_dims((args, kwargs)):
             return self._lower_symbolic(args, kwargs)
         lowered = self._lower(args, kwargs)
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+import jax
+
 import hlo2onnx
 
 
@@ -57,6 +59,12 @@ def normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...],
                              params[i].kind == params[i].POSITIONAL_OR_KEYWORD}
     nums = set(argnums) | {positional.index(a) for a in argnames if a in positional}
     return tuple(sorted(nums)), tuple(sorted(names))
+
+
+def has_symbolic_dims(tree: Any) -> bool:
+    """Whether some leaf's shape has a dim that is not a number (jax.export.symbolic_shape)."""
+    return any(not isinstance(d, int) for leaf in jax.tree_util.tree_leaves(tree)
+               for d in getattr(leaf, "shape", ()))
 
 
 def resolve_argnums(argnums: tuple[int, ...], nargs: int) -> tuple[int, ...]:

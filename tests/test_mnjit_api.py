@@ -83,6 +83,41 @@ def test_static_arguments_of_other_types_are_other_signatures(name):
         assert_same(ours(x, *args, **kwargs), ref(x, *args, **kwargs))
 
 
+# Configuration that changes what a cached signature computes: (a context setting it, function, arguments).
+CONFIG_CASES = {
+    "threefry_partitionable": (lambda: jax.threefry_partitionable(not jax.config.jax_threefry_partitionable),
+                               lambda k: jax.random.normal(k, (5,)), (jax.random.key(0),)),
+    "rank_promotion_raise": (lambda: jax.numpy_rank_promotion("raise"), jnp.add, (jnp.ones((2, 3)), jnp.ones(3))),
+    "dtype_promotion_strict": (lambda: jax.numpy_dtype_promotion("strict"), jnp.add,
+                               (jnp.ones(3), jnp.ones(3, jnp.int32))),
+}
+
+
+def _around_a_config_change(jit, config, fun, args):
+    """A cached signature called again under another configuration, then back under the first."""
+    fun = jit(fun)
+    results = [fun(*args)]
+    with config():
+        try:
+            results.append(fun(*args))
+        except (TypeError, ValueError) as e:
+            results.append(type(e).__name__)
+    return results + [fun(*args)]
+
+
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}], ids=["fast", "capped"])
+@pytest.mark.parametrize("name", list(CONFIG_CASES))
+def test_a_config_change_retraces_like_jax_jit(name, options):
+    ours = _around_a_config_change(functools.partial(mnjit, **options), *CONFIG_CASES[name])
+    ref = _around_a_config_change(jax.jit, *CONFIG_CASES[name])
+    assert [type(r) for r in ours] == [type(r) for r in ref]
+    for a, b in zip(ours, ref):
+        if isinstance(b, str):
+            assert a == b
+        else:
+            assert_same(a, b)
+
+
 def test_unused_arguments_do_not_shift_inputs():
     def f(a, unused, b):
         return a - b
