@@ -17,8 +17,7 @@ import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
-from hlo2onnx.types import is_typed_key
-from mnjit import device, ffi, host_callbacks, jit_options, runtime, tiering, fallback as partitioned
+from mnjit import device, ffi, host_callbacks, jit_options, physical, runtime, tiering, fallback as partitioned
 from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
 
@@ -67,49 +66,21 @@ class _Pending:
         self.entry: _CacheEntry | None = None  # None once done: the translation failed (each caller retries)
 
 
-def _is_key(aval) -> bool:
-    return is_typed_key(aval.dtype)
-
-
-def _physical(aval):
-    """A typed key's aval as its key data's (uint32 words on a trailing axis); other avals as they are."""
-    return jax.eval_shape(jax.random.key_data, aval) if _is_key(aval) else aval
-
-
-class _TypedKeys:
-    """Typed PRNG keys (jax.random.key) cross the boundary as their key data, which is what StableHLO and
-    ONNX hold, and come back as keys of the same implementation (threefry, rbg, unsafe_rbg, ...)."""
-
-    def __init__(self, target: hlo2onnx.Target, model, in_avals: list, out_avals: list,
-                 session: ffi.FfiSession | None = None, iree_driver: str | None = None):
-        self.runner = device.make_runner(target, model, list(map(_physical, in_avals)),
-                                         list(map(_physical, out_avals)), session, iree_driver=iree_driver)
-        self.key_inputs = [i for i, aval in enumerate(in_avals) if _is_key(aval)]
-        # A key dtype names its implementation only through this attribute (jax has no public reader).
-        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if _is_key(aval)}
-
-    def run(self, leaves: list) -> list[jax.Array]:
-        leaves = list(leaves)
-        for i in self.key_inputs:
-            leaves[i] = jax.random.key_data(leaves[i])
-        outputs = self.runner.run(leaves)
-        for i, impl in self.key_outputs.items():
-            outputs[i] = jax.random.wrap_key_data(outputs[i], impl=impl)
-        return outputs
-
-
 def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list,
                 session: ffi.FfiSession | None = None, iree_driver: str | None = None) -> device.Runner:
-    if any(map(_is_key, in_avals + out_avals)):
-        return _TypedKeys(target, model, in_avals, out_avals, session, iree_driver)
-    return device.make_runner(target, model, in_avals, out_avals, session, iree_driver=iree_driver)
+    if not physical.needs_wrapping(in_avals + out_avals):
+        return device.make_runner(target, model, in_avals, out_avals, session, iree_driver=iree_driver)
+    runner = device.make_runner(target, model, list(map(physical.physical, in_avals)),
+                                list(map(physical.physical, out_avals)), session, iree_driver=iree_driver)
+    return physical.PhysicalLeaves(runner, in_avals, out_avals)
 
 
 def _ffi_session(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> ffi.FfiSession | None:
     """mnjit's own C session for one model where the target is ORT on the CPU (mnjit/ffi.py), else None."""
-    if target.runtime != "onnxruntime" or target.device != "cpu":
+    # float0 leaves cannot enter an XLA custom call: the Python path runs them.
+    if target.runtime != "onnxruntime" or target.device != "cpu" or any(map(physical.is_float0, in_avals + out_avals)):
         return None
-    return ffi.create(model, [_physical(a) for a in in_avals], [_physical(a) for a in out_avals])
+    return ffi.create(model, list(map(physical.physical, in_avals)), list(map(physical.physical, out_avals)))
 
 
 def _fast_call_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> _FastCall | None:
@@ -124,8 +95,8 @@ class _FastCall:
 
     def __init__(self, session: ffi.FfiSession, in_avals: list, out_avals: list):
         self.session = session
-        self.key_inputs = [i for i, aval in enumerate(in_avals) if _is_key(aval)]
-        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if _is_key(aval)}
+        self.key_inputs = [i for i, aval in enumerate(in_avals) if physical.is_key(aval)]
+        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if physical.is_key(aval)}
         self.weak_outputs = [i for i, aval in enumerate(out_avals) if aval.weak_type]
 
     def __call__(self, leaves: list) -> list:

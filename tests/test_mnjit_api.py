@@ -118,6 +118,28 @@ def test_a_config_change_retraces_like_jax_jit(name, options):
             assert_same(a, b)
 
 
+_FLOAT0 = np.zeros((3,), jax.dtypes.float0)
+# float0 leaves (the gradients of integer arguments, jax.grad(..., allow_int=True)) in and out.
+FLOAT0_CASES = {
+    "grad_returns_float0": (jax.grad(lambda x, i: (x * i).sum(), argnums=(0, 1), allow_int=True), (jnp.ones(3), 2)),
+    "float0_in_and_out": (lambda x, g: (x * 2, g), (jnp.ones(3), _FLOAT0)),
+    "float0_in_a_pytree": (lambda x, g: x + 1, (jnp.ones(3), {"step": _FLOAT0})),
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}, {"fallback": True}], ids=["fast", "capped", "fallback"])
+@pytest.mark.parametrize("name", list(FLOAT0_CASES))
+def test_float0_leaves_like_jax_jit(name, options):
+    fun, args = FLOAT0_CASES[name]
+    ours, ref = mnjit(fun, **options)(*args), jax.jit(fun)(*args)
+    assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(ref)
+    for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)):
+        if b.dtype == jax.dtypes.float0:  # jax.jit gives a numpy array (no jax.Array holds float0)
+            assert isinstance(a, np.ndarray) and (a.dtype, a.shape) == (b.dtype, b.shape)
+        else:
+            assert_same(a, b)
+
+
 def test_unused_arguments_do_not_shift_inputs():
     def f(a, unused, b):
         return a - b
