@@ -54,6 +54,8 @@ def normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...],
     n = len(positional)
     # With *args, jax.jit counts a negative index from the end of each call's arguments (resolve_argnums).
     varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    if not varargs and any(i < -n for i in argnums):  # jax.jit's refusal (a position past the end is its too)
+        raise ValueError(f"Jitted function has static_argnums={argnums}, but only accepts {n} positional arguments.")
     argnums = tuple(sorted({i + n if i < 0 and not varargs else i for i in argnums}))
     names = set(argnames) | {positional[i] for i in argnums if 0 <= i < n and
                              params[i].kind == params[i].POSITIONAL_OR_KEYWORD}

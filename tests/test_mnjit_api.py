@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import gc
 import inspect
+import re
 import weakref
 
 import jax
@@ -429,6 +430,22 @@ def test_negative_static_argnums_with_varargs_count_from_the_call(name):
     f, ref = mnjit(_affine, static_argnums=argnums), jax.jit(_affine, static_argnums=argnums)
     assert_same(f(*args), ref(*args))
     assert_same(f.lower(*args).compile()(*[args[i] for i in dynamic]), ref(*args))
+
+
+def _three(x, n, b=1.0):
+    return x * n + b
+
+
+# Static positions and names jax.jit refuses when it wraps the function: mnjit refuses them too, in its words.
+BAD_STATIC = [{"static_argnums": -5}, {"static_argnums": (1, -4)}, {"static_argnums": 7}, {"static_argnames": "zz"}]
+
+
+@pytest.mark.parametrize("options", BAD_STATIC, ids=str)
+def test_static_options_jax_jit_refuses_are_refused(options):
+    with pytest.raises(ValueError) as expected:
+        jax.jit(_three, **options)
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        mnjit(_three, **options)
 
 
 def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
