@@ -193,6 +193,8 @@ class MnjitFunction:
                 return self._dispatch(*args, **kwargs)
             except _PythonPath:
                 self._fast_ok = False  # this function has a signature the fast path cannot run
+            except FloatingPointError:  # jax_debug_nans/infs: jax.jit's run names the primitive, not the ORT call
+                return self._jitted(*args, **kwargs)
             except ValueError as e:
                 if "hashable" not in str(e):
                     raise
@@ -248,6 +250,8 @@ class MnjitFunction:
             outputs = self._tiers.run(entry.tier, leaves, functools.partial(self._run_base, entry, args, kwargs))
         else:
             outputs = entry.runner.run(leaves)
+        if jit_options.debug_check_fails(outputs):  # as jax.jit's dispatch: its run raises FloatingPointError
+            return self._jitted(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
 
     def _run_base(self, entry: _CacheEntry, args: tuple, kwargs: dict, leaves: list) -> list:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 
 import hlo2onnx
 
@@ -73,3 +74,17 @@ def resolve_argnums(argnums: tuple[int, ...], nargs: int) -> tuple[int, ...]:
     """The positions of one call's static arguments, as jax.jit takes them: negative ones count from the end,
     those past the call's arguments are ignored."""
     return tuple(sorted({i % nargs for i in argnums if -nargs <= i < nargs}))
+
+
+def debug_check_fails(outputs: Sequence) -> bool:
+    """Whether jax_debug_nans (jax_debug_infs) is on and some floating output holds a NaN (an inf): jax.jit then
+    runs the function op by op and raises FloatingPointError naming the primitive that made it."""
+    nans, infs = jax.config.jax_debug_nans, jax.config.jax_debug_infs
+    if not (nans or infs):
+        return False
+    for out in outputs:
+        if isinstance(out, jax.Array) and jax.numpy.issubdtype(out.dtype, jax.numpy.inexact):
+            values = np.asarray(out)
+            if (nans and np.isnan(values).any()) or (infs and np.isinf(values).any()):
+                return True
+    return False

@@ -448,6 +448,29 @@ def test_static_options_jax_jit_refuses_are_refused(options):
         mnjit(_three, **options)
 
 
+# jax_debug_nans / jax_debug_infs: (the context turning it on, a function making the value, one that does not).
+DEBUG_CHECKS = {
+    "nans": (jax.debug_nans, lambda a: jnp.log(a - 1), lambda a: jnp.log(a + 1)),
+    "infs": (jax.debug_infs, lambda a: 1 / a, lambda a: (1 / (a + 1), a.astype(jnp.int32))),
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}, {"fallback": True}],
+                         ids=["fast", "capped", "fallback"])
+@pytest.mark.parametrize("name", list(DEBUG_CHECKS))
+def test_debug_nans_and_infs_raise_like_jax_jit(name, options):
+    debug, bad, good = DEBUG_CHECKS[name]
+    x = jnp.arange(3.0)
+    ours = mnjit(bad, **options)
+    ours(x)  # cached before the check is turned on
+    with debug(True):
+        with pytest.raises(FloatingPointError) as expected:
+            jax.jit(bad)(x)
+        with pytest.raises(FloatingPointError, match=re.escape(str(expected.value))):
+            ours(x)
+        assert_same(mnjit(good, **options)(x), jax.jit(good)(x))
+
+
 def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
     f, jitted = mnjit(_scaled, static_argnames="power"), jax.jit(_scaled, static_argnames="power")
     x, y = rand((3, 2)), np.float32(1.5)
