@@ -195,8 +195,11 @@ class MnjitFunction:
                 self._fast_ok = False  # this function has a signature the fast path cannot run
             except FloatingPointError:  # jax_debug_nans/infs: jax.jit's run names the primitive, not the ORT call
                 return self._jitted(*args, **kwargs)
-            except ValueError as e:
-                if "hashable" not in str(e):
+            except (jax.errors.JaxRuntimeError, ValueError) as e:
+                # Non-hashable static arguments: the Python path's error. A session another thread's clear_cache
+                # released under this executable: the Python path runs the signature anew (jax.jit's clear_cache
+                # fails no call in flight; jaxlib raises either type, by where the run was).
+                if "hashable" not in str(e) and ffi.RELEASED not in str(e):
                     raise
         return self._call_python(args, kwargs)
 
@@ -244,8 +247,9 @@ class MnjitFunction:
             raise
         entry = self._cached(key)
         if entry is None or self._max_cache_size:  # the capped LRU reorders on every hit, under the lock
-            # An auto function takes this path while another signature tries IREE: this one keeps its fast call.
-            entry = self._lookup_or_compile(key, args, kwargs, fast=self._fast_ok and self._tiers is not None)
+            # An auto function takes this path while another signature tries IREE, and a fast one after its session
+            # was released under it: the entry keeps its fast call.
+            entry = self._lookup_or_compile(key, args, kwargs, fast=self._fast_ok)
         if entry.tier is not None:
             outputs = self._tiers.run(entry.tier, leaves, functools.partial(self._run_base, entry, args, kwargs))
         else:
