@@ -17,8 +17,7 @@ import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
-from hlo2onnx.types import is_typed_key
-from mnjit import device, ffi, host_callbacks, jit_options, runtime, tiering, fallback as partitioned
+from mnjit import device, ffi, host_callbacks, jit_options, physical, runtime, tiering, fallback as partitioned
 from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
 
@@ -36,12 +35,6 @@ def _leaf_signature(leaf: Any) -> tuple:
         raise _TracerSeen
     aval = jax.typeof(leaf)  # canonicalizes dtypes (int64 -> int32 without x64) and weak types
     return aval.shape, aval.dtype, aval.weak_type
-
-
-def _has_symbolic_dims(tree) -> bool:
-    """Whether some leaf's shape has a dim that is not a number (jax.export.symbolic_shape)."""
-    return any(not isinstance(d, int) for leaf in jax.tree_util.tree_leaves(tree)
-               for d in getattr(leaf, "shape", ()))
 
 
 class _PythonPath(Exception):
@@ -73,49 +66,21 @@ class _Pending:
         self.entry: _CacheEntry | None = None  # None once done: the translation failed (each caller retries)
 
 
-def _is_key(aval) -> bool:
-    return is_typed_key(aval.dtype)
-
-
-def _physical(aval):
-    """A typed key's aval as its key data's (uint32 words on a trailing axis); other avals as they are."""
-    return jax.eval_shape(jax.random.key_data, aval) if _is_key(aval) else aval
-
-
-class _TypedKeys:
-    """Typed PRNG keys (jax.random.key) cross the boundary as their key data, which is what StableHLO and
-    ONNX hold, and come back as keys of the same implementation (threefry, rbg, unsafe_rbg, ...)."""
-
-    def __init__(self, target: hlo2onnx.Target, model, in_avals: list, out_avals: list,
-                 session: ffi.FfiSession | None = None, iree_driver: str | None = None):
-        self.runner = device.make_runner(target, model, list(map(_physical, in_avals)),
-                                         list(map(_physical, out_avals)), session, iree_driver=iree_driver)
-        self.key_inputs = [i for i, aval in enumerate(in_avals) if _is_key(aval)]
-        # A key dtype names its implementation only through this attribute (jax has no public reader).
-        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if _is_key(aval)}
-
-    def run(self, leaves: list) -> list[jax.Array]:
-        leaves = list(leaves)
-        for i in self.key_inputs:
-            leaves[i] = jax.random.key_data(leaves[i])
-        outputs = self.runner.run(leaves)
-        for i, impl in self.key_outputs.items():
-            outputs[i] = jax.random.wrap_key_data(outputs[i], impl=impl)
-        return outputs
-
-
 def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list,
                 session: ffi.FfiSession | None = None, iree_driver: str | None = None) -> device.Runner:
-    if any(map(_is_key, in_avals + out_avals)):
-        return _TypedKeys(target, model, in_avals, out_avals, session, iree_driver)
-    return device.make_runner(target, model, in_avals, out_avals, session, iree_driver=iree_driver)
+    if not physical.needs_wrapping(in_avals + out_avals):
+        return device.make_runner(target, model, in_avals, out_avals, session, iree_driver=iree_driver)
+    runner = device.make_runner(target, model, list(map(physical.physical, in_avals)),
+                                list(map(physical.physical, out_avals)), session, iree_driver=iree_driver)
+    return physical.PhysicalLeaves(runner, in_avals, out_avals)
 
 
 def _ffi_session(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> ffi.FfiSession | None:
     """mnjit's own C session for one model where the target is ORT on the CPU (mnjit/ffi.py), else None."""
-    if target.runtime != "onnxruntime" or target.device != "cpu":
+    # float0 leaves cannot enter an XLA custom call: the Python path runs them.
+    if target.runtime != "onnxruntime" or target.device != "cpu" or any(map(physical.is_float0, in_avals + out_avals)):
         return None
-    return ffi.create(model, [_physical(a) for a in in_avals], [_physical(a) for a in out_avals])
+    return ffi.create(model, list(map(physical.physical, in_avals)), list(map(physical.physical, out_avals)))
 
 
 def _fast_call_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> _FastCall | None:
@@ -130,8 +95,8 @@ class _FastCall:
 
     def __init__(self, session: ffi.FfiSession, in_avals: list, out_avals: list):
         self.session = session
-        self.key_inputs = [i for i, aval in enumerate(in_avals) if _is_key(aval)]
-        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if _is_key(aval)}
+        self.key_inputs = [i for i, aval in enumerate(in_avals) if physical.is_key(aval)]
+        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if physical.is_key(aval)}
         self.weak_outputs = [i for i, aval in enumerate(out_avals) if aval.weak_type]
 
     def __call__(self, leaves: list) -> list:
@@ -206,6 +171,9 @@ class MnjitFunction:
         """A bound method when it decorates one, as jax.jit's result is (`self` is then argument 0)."""
         return self if instance is None else types.MethodType(self, instance)
 
+    def __deepcopy__(self, memo: dict) -> MnjitFunction:
+        return self  # as a Python function's (jax.jit's copy shares its function and cache); locks do not copy
+
     def __call__(self, *args, **kwargs):
         if jax.config.jax_disable_jit:  # as jax.jit's: the function runs op by op (print, pdb, concrete values)
             return self._fun(*args, **kwargs)
@@ -225,8 +193,13 @@ class MnjitFunction:
                 return self._dispatch(*args, **kwargs)
             except _PythonPath:
                 self._fast_ok = False  # this function has a signature the fast path cannot run
-            except ValueError as e:
-                if "hashable" not in str(e):
+            except FloatingPointError:  # jax_debug_nans/infs: jax.jit's run names the primitive, not the ORT call
+                return self._jitted(*args, **kwargs)
+            except (jax.errors.JaxRuntimeError, ValueError) as e:
+                # Non-hashable static arguments: the Python path's error. A session another thread's clear_cache
+                # released under this executable: the Python path runs the signature anew (jax.jit's clear_cache
+                # fails no call in flight; jaxlib raises either type, by where the run was).
+                if "hashable" not in str(e) and ffi.RELEASED not in str(e):
                     raise
         return self._call_python(args, kwargs)
 
@@ -235,7 +208,7 @@ class MnjitFunction:
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn_args, dyn_kwargs))
         signature = tuple((leaf.aval.shape, leaf.aval.dtype, leaf.aval.weak_type) for leaf in leaves)
-        key = (treedef, signature, static, jax.config.jax_enable_x64)
+        key = (treedef, signature, static, compat.trace_context(), jax.config.jax_enable_x64)
         entry = self._cache.get(key)
         if entry is None:
             abstract = jax.tree_util.tree_map(
@@ -250,7 +223,9 @@ class MnjitFunction:
         """The cache key of a call (arrays or ShapeDtypeStructs; _TracerSeen for tracers) and its leaves."""
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn_args, dyn_kwargs))
-        return (treedef, tuple(map(_leaf_signature, leaves)), static, jax.config.jax_enable_x64), leaves
+        # jax.jit's configuration too (compat.trace_context): threefry_partitionable changes random values.
+        return (treedef, tuple(map(_leaf_signature, leaves)), static, compat.trace_context(),
+                jax.config.jax_enable_x64), leaves
 
     def _cached(self, key: Hashable) -> _CacheEntry | None:
         try:
@@ -260,21 +235,27 @@ class MnjitFunction:
 
     def _call_python(self, args: tuple, kwargs: dict):
         try:
+            # Under grad/vmap/an outer jit, or a trace closing over concrete arguments (checkify, an outer jit's
+            # constants): staged exactly like jax.jit's call, effects running with the program, not at trace time.
+            if not compat.trace_state_clean():
+                raise _TracerSeen
             key, leaves = self._key(args, kwargs)
         except _TracerSeen:
-            # Under grad/vmap/an outer jit: behave exactly like jax.jit.
             return self._jitted(*args, **kwargs)
         except TypeError:
             self._jitted.trace(*args, **kwargs)  # a non-array argument: jax.jit's error names the function and path
             raise
         entry = self._cached(key)
         if entry is None or self._max_cache_size:  # the capped LRU reorders on every hit, under the lock
-            # An auto function takes this path while another signature tries IREE: this one keeps its fast call.
-            entry = self._lookup_or_compile(key, args, kwargs, fast=self._fast_ok and self._tiers is not None)
+            # An auto function takes this path while another signature tries IREE, and a fast one after its session
+            # was released under it: the entry keeps its fast call.
+            entry = self._lookup_or_compile(key, args, kwargs, fast=self._fast_ok)
         if entry.tier is not None:
             outputs = self._tiers.run(entry.tier, leaves, functools.partial(self._run_base, entry, args, kwargs))
         else:
             outputs = entry.runner.run(leaves)
+        if jit_options.debug_check_fails(outputs):  # as jax.jit's dispatch: its run raises FloatingPointError
+            return self._jitted(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
 
     def _run_base(self, entry: _CacheEntry, args: tuple, kwargs: dict, leaves: list) -> list:
@@ -331,19 +312,19 @@ class MnjitFunction:
         nums = self._static_argnums
         if nums and nums[0] < 0:  # only a function with *args keeps negative positions (jit_options)
             nums = jit_options.resolve_argnums(nums, len(args))
-        static = tuple(args[i] for i in nums if i < len(args))
+        positional = tuple(args[i] for i in nums if i < len(args))
         dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
         names = self._static_argnames
-        static += tuple((k, kwargs[k]) for k in names if k in kwargs)
+        keyword = tuple((k, kwargs[k]) for k in names if k in kwargs)
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in names}
-        return static, dyn_args, dyn_kwargs
+        return jit_options.static_key(positional, keyword), dyn_args, dyn_kwargs
 
     # -- capture and translation -------------------------------------------------------
     def lower(self, *args, **kwargs) -> MnjitLowered | partitioned.PartitionedLowered:
         """Captures and translates one signature. Arguments may be arrays or jax.ShapeDtypeStructs; shapes
         may hold symbolic dims (`jax.export.symbolic_shape("b, 3")`), which the model keeps as ONNX
         dim_params named as written (for `save`: mnjit itself runs concrete shapes)."""
-        if _has_symbolic_dims((args, kwargs)):
+        if jit_options.has_symbolic_dims((args, kwargs)):
             return self._lower_symbolic(args, kwargs)
         lowered = self._lower(args, kwargs)
         try:

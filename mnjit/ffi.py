@@ -151,6 +151,9 @@ def _tensor_spec(aval) -> list[int] | None:
     return [onnx_type, len(shape), *shape, int(np.prod(aval.shape, dtype=np.int64)) * dtype.itemsize]
 
 
+RELEASED = "mnjit: this ONNX session was released"  # the custom call's error (csrc) once its session is gone
+
+
 class FfiSession:
     """One ORT session behind the custom call; `call` emits it inside a jax trace."""
 

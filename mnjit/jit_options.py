@@ -2,16 +2,27 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
 
 import hlo2onnx
+
+
+def static_key(positional: tuple, keyword: tuple[tuple[str, Any], ...]) -> tuple:
+    """A call's static arguments in its cache key. As in jax.jit's, equal values of other types (2, 2.0, True,
+    np.int64(2)) are other signatures: the function may branch on the type. Positional and keyword ones are
+    apart: a positional value ("n", 2) is not the keyword n=2."""
+    return positional, keyword, tuple(type(v) for v in positional + tuple(v for _, v in keyword))
 
 
 def describe(key: tuple) -> str:
     """A signature (a cache key) as the argument types it stands for."""
     treedef, signature, static = key[0], key[1], key[2]
     types = ", ".join(f"{dtype.name}{list(shape)}{' (weak)' if weak else ''}" for shape, dtype, weak in signature)
-    return f"arguments ({types}) in the structure {treedef}" + (f", static {static}" if static else "")
+    values = static[0] + tuple(f"{k}={v!r}" for k, v in static[1]) if static else ()
+    return f"arguments ({types}) in the structure {treedef}" + (f", static {values}" if values else "")
 
 
 def call_types(key: tuple) -> tuple:
@@ -54,6 +65,8 @@ def normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...],
     n = len(positional)
     # With *args, jax.jit counts a negative index from the end of each call's arguments (resolve_argnums).
     varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    if not varargs and any(i < -n for i in argnums):  # jax.jit's refusal (a position past the end is its too)
+        raise ValueError(f"Jitted function has static_argnums={argnums}, but only accepts {n} positional arguments.")
     argnums = tuple(sorted({i + n if i < 0 and not varargs else i for i in argnums}))
     names = set(argnames) | {positional[i] for i in argnums if 0 <= i < n and
                              params[i].kind == params[i].POSITIONAL_OR_KEYWORD}
@@ -61,7 +74,27 @@ def normalize_static(fun: Callable, argnums, argnames) -> tuple[tuple[int, ...],
     return tuple(sorted(nums)), tuple(sorted(names))
 
 
+def has_symbolic_dims(tree: Any) -> bool:
+    """Whether some leaf's shape has a dim that is not a number (jax.export.symbolic_shape)."""
+    return any(not isinstance(d, int) for leaf in jax.tree_util.tree_leaves(tree)
+               for d in getattr(leaf, "shape", ()))
+
+
 def resolve_argnums(argnums: tuple[int, ...], nargs: int) -> tuple[int, ...]:
     """The positions of one call's static arguments, as jax.jit takes them: negative ones count from the end,
     those past the call's arguments are ignored."""
     return tuple(sorted({i % nargs for i in argnums if -nargs <= i < nargs}))
+
+
+def debug_check_fails(outputs: Sequence) -> bool:
+    """Whether jax_debug_nans (jax_debug_infs) is on and some floating output holds a NaN (an inf): jax.jit then
+    runs the function op by op and raises FloatingPointError naming the primitive that made it."""
+    nans, infs = jax.config.jax_debug_nans, jax.config.jax_debug_infs
+    if not (nans or infs):
+        return False
+    for out in outputs:
+        if isinstance(out, jax.Array) and jax.numpy.issubdtype(out.dtype, jax.numpy.inexact):
+            values = np.asarray(out)
+            if (nans and np.isnan(values).any()) or (infs and np.isinf(values).any()):
+                return True
+    return False

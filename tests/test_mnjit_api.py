@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import gc
 import inspect
+import re
 import weakref
 
 import jax
@@ -57,6 +59,88 @@ def test_static_argnums_and_argnames():
         by_num(x, [1], mode="mul")
 
 
+def _by_type(x, n):
+    """Branches on the static argument's type, as code dispatching on int/float/bool/tuple does."""
+    if isinstance(n, tuple):
+        return x * n[1] + 5
+    return {bool: -x, int: x * 10, float: x + 100}.get(type(n), x - 1)
+
+
+# Static arguments that are equal (and hash alike) but are other signatures for jax.jit: a call with each in turn.
+STATIC_KEY_CASES = {
+    "int_float_bool": ({"static_argnums": 1}, [((2,), {}), ((2.0,), {}), ((True,), {})]),
+    "python_numpy": ({"static_argnums": 1}, [((2,), {}), ((np.int64(2),), {})]),
+    "keyword_types": ({"static_argnames": "n"}, [((), {"n": 1}), ((), {"n": 1.0})]),
+    "positional_tuple_vs_keyword": ({"static_argnums": 1}, [((), {"n": 2}), ((("n", 2),), {})]),
+}
+
+
+@pytest.mark.parametrize("name", list(STATIC_KEY_CASES))
+def test_static_arguments_of_other_types_are_other_signatures(name):
+    options, calls = STATIC_KEY_CASES[name]
+    x = jnp.arange(3.0)
+    ours, ref = mnjit(_by_type, **options), jax.jit(_by_type, **options)
+    for args, kwargs in calls:
+        assert_same(ours(x, *args, **kwargs), ref(x, *args, **kwargs))
+
+
+# Configuration that changes what a cached signature computes: (a context setting it, function, arguments).
+CONFIG_CASES = {
+    "threefry_partitionable": (lambda: jax.threefry_partitionable(not jax.config.jax_threefry_partitionable),
+                               lambda k: jax.random.normal(k, (5,)), (jax.random.key(0),)),
+    "rank_promotion_raise": (lambda: jax.numpy_rank_promotion("raise"), jnp.add, (jnp.ones((2, 3)), jnp.ones(3))),
+    "dtype_promotion_strict": (lambda: jax.numpy_dtype_promotion("strict"), jnp.add,
+                               (jnp.ones(3), jnp.ones(3, jnp.int32))),
+}
+
+
+def _around_a_config_change(jit, config, fun, args):
+    """A cached signature called again under another configuration, then back under the first."""
+    fun = jit(fun)
+    results = [fun(*args)]
+    with config():
+        try:
+            results.append(fun(*args))
+        except (TypeError, ValueError) as e:
+            results.append(type(e).__name__)
+    return results + [fun(*args)]
+
+
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}], ids=["fast", "capped"])
+@pytest.mark.parametrize("name", list(CONFIG_CASES))
+def test_a_config_change_retraces_like_jax_jit(name, options):
+    ours = _around_a_config_change(functools.partial(mnjit, **options), *CONFIG_CASES[name])
+    ref = _around_a_config_change(jax.jit, *CONFIG_CASES[name])
+    assert [type(r) for r in ours] == [type(r) for r in ref]
+    for a, b in zip(ours, ref):
+        if isinstance(b, str):
+            assert a == b
+        else:
+            assert_same(a, b)
+
+
+_FLOAT0 = np.zeros((3,), jax.dtypes.float0)
+# float0 leaves (the gradients of integer arguments, jax.grad(..., allow_int=True)) in and out.
+FLOAT0_CASES = {
+    "grad_returns_float0": (jax.grad(lambda x, i: (x * i).sum(), argnums=(0, 1), allow_int=True), (jnp.ones(3), 2)),
+    "float0_in_and_out": (lambda x, g: (x * 2, g), (jnp.ones(3), _FLOAT0)),
+    "float0_in_a_pytree": (lambda x, g: x + 1, (jnp.ones(3), {"step": _FLOAT0})),
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}, {"fallback": True}], ids=["fast", "capped", "fallback"])
+@pytest.mark.parametrize("name", list(FLOAT0_CASES))
+def test_float0_leaves_like_jax_jit(name, options):
+    fun, args = FLOAT0_CASES[name]
+    ours, ref = mnjit(fun, **options)(*args), jax.jit(fun)(*args)
+    assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(ref)
+    for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)):
+        if b.dtype == jax.dtypes.float0:  # jax.jit gives a numpy array (no jax.Array holds float0)
+            assert isinstance(a, np.ndarray) and (a.dtype, a.shape) == (b.dtype, b.shape)
+        else:
+            assert_same(a, b)
+
+
 def test_unused_arguments_do_not_shift_inputs():
     def f(a, unused, b):
         return a - b
@@ -104,6 +188,44 @@ def test_grad_vmap_and_outer_jit_trace_through():
                 tol=(1e-5, 1e-6))
     assert_same(jax.jit(lambda w: f(w, x) * 2)(w), ref(w, x) * 2, tol=(1e-5, 1e-6))
     assert f.translations == 0  # all traced through, none ran on ORT
+
+
+def _effects_per_call(jit):
+    """How many times an effect inside jit(g) runs over three calls of an outer jit closing over g's argument."""
+    calls = []
+
+    def g(x):
+        jax.debug.callback(lambda _: calls.append(1), x)
+        return x * 2
+    x = jnp.arange(3.0)
+    outer = jax.jit(lambda y: jit(g)(x) + y)
+    for _ in range(3):
+        outer(jnp.ones(3)).block_until_ready()
+    return len(calls)
+
+
+def _checkify_failure(jit):
+    from jax.experimental import checkify
+
+    def f(x):
+        checkify.check(jnp.all(x > 0), "not positive: {}", x.sum())
+        return x * 2
+    error, out = checkify.checkify(jit(f))(jnp.arange(3.0) - 5)
+    return error.get(), np.asarray(out).tolist()
+
+
+# Concrete arguments under a trace (an outer jit's closure, checkify's, make_jaxpr's): jax.jit stages the call there.
+CLOSED_OVER_CASES = {
+    "effects_run_per_call": _effects_per_call,
+    "checkify_functionalizes_checks": _checkify_failure,
+    "make_jaxpr_stages_the_call": lambda jit: len(jax.make_jaxpr(functools.partial(jit(jnp.sin), jnp.arange(3.0)))().eqns),
+}
+
+
+@pytest.mark.parametrize("name", list(CLOSED_OVER_CASES))
+def test_concrete_arguments_under_a_trace_are_staged_like_jax_jit(name):
+    case = CLOSED_OVER_CASES[name]
+    assert case(mnjit) == case(jax.jit)
 
 
 def test_nested_mnjit_and_grad_of_mnjit_under_mnjit():
@@ -323,6 +445,45 @@ def test_negative_static_argnums_with_varargs_count_from_the_call(name):
     assert_same(f.lower(*args).compile()(*[args[i] for i in dynamic]), ref(*args))
 
 
+def _three(x, n, b=1.0):
+    return x * n + b
+
+
+# Static positions and names jax.jit refuses when it wraps the function: mnjit refuses them too, in its words.
+BAD_STATIC = [{"static_argnums": -5}, {"static_argnums": (1, -4)}, {"static_argnums": 7}, {"static_argnames": "zz"}]
+
+
+@pytest.mark.parametrize("options", BAD_STATIC, ids=str)
+def test_static_options_jax_jit_refuses_are_refused(options):
+    with pytest.raises(ValueError) as expected:
+        jax.jit(_three, **options)
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        mnjit(_three, **options)
+
+
+# jax_debug_nans / jax_debug_infs: (the context turning it on, a function making the value, one that does not).
+DEBUG_CHECKS = {
+    "nans": (jax.debug_nans, lambda a: jnp.log(a - 1), lambda a: jnp.log(a + 1)),
+    "infs": (jax.debug_infs, lambda a: 1 / a, lambda a: (1 / (a + 1), a.astype(jnp.int32))),
+}
+
+
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}, {"fallback": True}],
+                         ids=["fast", "capped", "fallback"])
+@pytest.mark.parametrize("name", list(DEBUG_CHECKS))
+def test_debug_nans_and_infs_raise_like_jax_jit(name, options):
+    debug, bad, good = DEBUG_CHECKS[name]
+    x = jnp.arange(3.0)
+    ours = mnjit(bad, **options)
+    ours(x)  # cached before the check is turned on
+    with debug(True):
+        with pytest.raises(FloatingPointError) as expected:
+            jax.jit(bad)(x)
+        with pytest.raises(FloatingPointError, match=re.escape(str(expected.value))):
+            ours(x)
+        assert_same(mnjit(good, **options)(x), jax.jit(good)(x))
+
+
 def test_trace_eval_shape_and_compiler_ir_are_jax_jits():
     f, jitted = mnjit(_scaled, static_argnames="power"), jax.jit(_scaled, static_argnames="power")
     x, y = rand((3, 2)), np.float32(1.5)
@@ -404,6 +565,15 @@ def test_decorated_methods_bind_like_jax_jit(jit):
     assert_same(cls.apply(cls(2.0), x), cls(2.0).apply(x))  # looked up on the class: unbound
     with pytest.raises(TypeError, match="not_static"):  # self traced as an array: jax.jit's own error
         cls(2.0).not_static(x)
+
+
+@pytest.mark.parametrize("copy", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+def test_copies_call_like_jax_jits(copy):
+    """A model object holding a jitted function is copied whole (a training state's deepcopy)."""
+    state = {"step": mnjit(lambda x: jnp.sin(x) * 2), "x": rand((3,))}
+    state["step"](state["x"])
+    copied = copy(state)
+    assert_same(copied["step"](copied["x"]), jax.jit(lambda x: jnp.sin(x) * 2)(state["x"]))
 
 
 def test_a_symbolic_lowering_does_not_compile():

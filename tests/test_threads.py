@@ -199,6 +199,33 @@ def test_capped_cache_under_threads():
     assert 8 <= f.translations <= 32
 
 
+@pytest.mark.parametrize("options", [{}, {"max_cache_size": 2}], ids=["fast", "capped"])
+def test_calls_while_another_thread_clears_the_cache(options):
+    # jax.jit's clear_cache fails no call in flight: a session released under a running executable is run anew.
+    f, x = mnjit(lambda a: jnp.tanh(a) * 2 + 1, **options), rand((3,))
+    want, stop, failures = jax.jit(lambda a: jnp.tanh(a) * 2 + 1)(x), threading.Event(), []
+
+    def call():
+        for _ in range(100):
+            try:
+                assert_same(f(x), want, tol=(1e-6, 1e-6))
+            except Exception as e:  # noqa: BLE001 (collected: a thread's exception would be lost)
+                failures.append(e)
+
+    def clear():
+        while not stop.is_set():
+            f.clear_cache()
+    callers, clearer = [threading.Thread(target=call) for _ in range(3)], threading.Thread(target=clear)
+    clearer.start()
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    stop.set()
+    clearer.join()
+    assert not failures, f"{len(failures)} calls failed, first: {failures[0]!r}"
+
+
 def test_failed_translation_is_not_shared_by_waiting_threads(monkeypatch):
     # The first translation fails; threads that waited for it translate again instead of failing with it.
     from hlo2onnx.patterns.base import Fusion
