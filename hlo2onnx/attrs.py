@@ -70,5 +70,7 @@ def _keywords(rule: Callable) -> frozenset[str] | None:
 def unknown(rule: Callable, attributes: dict[str, Any]) -> list[str]:
     """The attributes `rule` has no parameter for (an op written by hand or another producer): refused by name,
     where calling the rule would be a TypeError."""
+    if not attributes:  # most ops (elementwise arithmetic): nothing to look up, on every op translated
+        return []
     keywords = _keywords(rule)
     return [] if keywords is None else sorted(set(attributes) - keywords)
