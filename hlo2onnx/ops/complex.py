@@ -291,13 +291,21 @@ def divide(b, dtype, x: Z, y: Z, xla_zero_divisor: bool = True) -> Z:
              t("Where", special, t("Mul", inf, x.im), im, cast=(1, 2)))
 
 
-def _abs(b, dtype, z: Z) -> ir.Value:
-    """hypot without overflow: max * sqrt(1 + (min/max)^2), 0 for 0 and inf for an infinite part."""
+def _big_ratio(b, dtype, z: Z) -> tuple[ir.Value, ir.Value]:
+    """(max, (min/max)^2) of the parts' magnitudes: |z| = max * sqrt(1 + that) without overflow."""
     t = partial(b.typed, dtype=dtype)
     a, c = t("Abs", z.re), t("Abs", z.im)
     big, small = t("Max", a, c), t("Min", a, c)
     ratio = t("Div", small, big)
-    result = t("Mul", big, t("Sqrt", t("Add", b.const(1, dtype), t("Mul", ratio, ratio))))
+    return big, t("Mul", ratio, ratio)
+
+
+def _abs(b, dtype, z: Z, big_ratio: tuple[ir.Value, ir.Value] | None = None) -> ir.Value:
+    """hypot without overflow: max * sqrt(1 + (min/max)^2), 0 for 0 and inf for an infinite part. `big_ratio`:
+    _big_ratio(z), where the caller has it."""
+    t = partial(b.typed, dtype=dtype)
+    big, squared_ratio = big_ratio or _big_ratio(b, dtype, z)
+    result = t("Mul", big, t("Sqrt", t("Add", b.const(1, dtype), squared_ratio)))
     result = t("Where", t("Equal", big, b.const(0, dtype), result_dtype=bool), b.const(0, dtype), result, cast=(1, 2))
     return t("Where", t("IsInf", big, result_dtype=bool), big, result, cast=(1, 2))
 
@@ -307,24 +315,22 @@ def _exp(b, dtype, z: Z) -> Z:
     inf * 0 = NaN past overflow (XLA: exp(100 + 0i) is (inf, 0) in complex64), and exp(a) * cos b overflows
     where the product is finite."""
     t = partial(b.typed, dtype=dtype)
-    return Z(_exp_times(b, dtype, z.re, t("Cos", z.im)), _exp_times(b, dtype, z.re, t("Sin", z.im)))
+    half = _half_exp(b, dtype, z.re)
+    return Z(t("Mul", half, t("Mul", half, t("Cos", z.im))), t("Mul", half, t("Mul", half, t("Sin", z.im))))
 
 
-def _exp_times(b, dtype, a: ir.Value, factor: ir.Value) -> ir.Value:
-    """exp(a) * factor as h * (h * factor), h = min(exp(a / 2), max): see _exp."""
+def _half_exp(b, dtype, a: ir.Value) -> ir.Value:
+    """min(exp(a / 2), max): exp(a) * x is this times (this times x), see _exp."""
     t = partial(b.typed, dtype=dtype)
-    half = t("Min", t("Exp", t("Mul", a, b.const(0.5, dtype))), b.const(np.finfo(dtype).max, dtype))
-    return t("Mul", half, t("Mul", half, factor))
+    return t("Min", t("Exp", t("Mul", a, b.const(0.5, dtype))), b.const(np.finfo(dtype).max, dtype))
 
 
 def _log_abs(b, dtype, z: Z) -> ir.Value:
     """log|z|; where |z| overflows with both parts finite, log(max) + log1p((min/max)^2) / 2."""
     t = partial(b.typed, dtype=dtype)
-    magnitude = _abs(b, dtype, z)
-    a, c = t("Abs", z.re), t("Abs", z.im)
-    big, small = t("Max", a, c), t("Min", a, c)
-    ratio = t("Div", small, big)
-    log1p = _real_rule(b, dtype, "stablehlo.log_plus_one", t("Mul", ratio, ratio))
+    big, squared_ratio = _big_ratio(b, dtype, z)
+    magnitude = _abs(b, dtype, z, (big, squared_ratio))
+    log1p = _real_rule(b, dtype, "stablehlo.log_plus_one", squared_ratio)
     scaled = t("Add", t("Log", big), t("Mul", log1p, b.const(0.5, dtype)))
     overflow = b.op("And", t("IsInf", magnitude, result_dtype=bool),
                     b.op("Not", t("IsInf", big, result_dtype=bool)))
@@ -435,7 +441,8 @@ def _expm1(b, dtype, z: Z) -> Z:
     half_sin = t("Sin", t("Mul", z.im, b.const(0.5, dtype)))
     re = t("Sub", t("Mul", _real_rule(b, dtype, "stablehlo.exponential_minus_one", z.re), t("Cos", z.im)),
            t("Mul", b.const(2, dtype), t("Mul", half_sin, half_sin)))
-    return Z(re, _exp_times(b, dtype, z.re, t("Sin", z.im)))
+    half = _half_exp(b, dtype, z.re)
+    return Z(re, t("Mul", half, t("Mul", half, t("Sin", z.im))))
 
 
 def _log1p(b, dtype, z: Z) -> Z:
