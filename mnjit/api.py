@@ -95,8 +95,8 @@ class _FastCall:
 
     def __init__(self, session: ffi.FfiSession, in_avals: list, out_avals: list):
         self.session = session
-        self.key_inputs = [i for i, aval in enumerate(in_avals) if physical.is_key(aval)]
-        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if physical.is_key(aval)}
+        self.key_inputs = list(physical.key_impls(in_avals))
+        self.key_outputs = physical.key_impls(out_avals)
         self.weak_outputs = [i for i, aval in enumerate(out_avals) if aval.weak_type]
 
     def __call__(self, leaves: list) -> list:

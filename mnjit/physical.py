@@ -26,6 +26,12 @@ def physical(aval: Any) -> Any:
     return jax.ShapeDtypeStruct(aval.shape, np.bool_) if is_float0(aval) else aval
 
 
+def key_impls(avals: Sequence) -> dict[int, Any]:
+    """The positions of typed keys among `avals`, with their implementations (to wrap key data back)."""
+    # A key dtype names its implementation only through this attribute (jax has no public reader).
+    return {i: aval.dtype._impl for i, aval in enumerate(avals) if is_key(aval)}
+
+
 def needs_wrapping(avals: Sequence) -> bool:
     return any(is_key(aval) or is_float0(aval) for aval in avals)
 
@@ -37,10 +43,9 @@ class PhysicalLeaves:
 
     def __init__(self, runner: Any, in_avals: Sequence, out_avals: Sequence):
         self.runner = runner
-        self.key_inputs = [i for i, aval in enumerate(in_avals) if is_key(aval)]
+        self.key_inputs = list(key_impls(in_avals))
         self.float0_inputs = [i for i, aval in enumerate(in_avals) if is_float0(aval)]
-        # A key dtype names its implementation only through this attribute (jax has no public reader).
-        self.key_outputs = {i: aval.dtype._impl for i, aval in enumerate(out_avals) if is_key(aval)}
+        self.key_outputs = key_impls(out_avals)
         self.float0_outputs = {i: aval.shape for i, aval in enumerate(out_avals) if is_float0(aval)}
 
     def run(self, leaves: Sequence) -> list:
