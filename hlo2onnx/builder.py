@@ -146,6 +146,17 @@ class Builder:
             self._root._consts[key] = value
         return value
 
+    def weight(self, array: np.ndarray, ttype: TensorType) -> ir.Value:
+        """An initializer holding `array` as a value of `ttype` (complex as its trailing (real, imag) pairs):
+        wrapped in place, copied only where its dtype or layout differs from the graph's."""
+        if tuple(array.shape) != ttype.shape:
+            raise ValueError(f"a constant of shape {array.shape} where the module expects {ttype.shape}")
+        array = np.ascontiguousarray(array.astype(ttype.dtype, copy=False))
+        storage = ttype.storage
+        if storage is not ttype:
+            array = array.reshape(ttype.shape + (1,)).view(storage.dtype)
+        return self.const(array)
+
     def shape_const(self, dims: Sequence[int]) -> ir.Value:
         return self.const(np.asarray(dims, dtype=np.int64))
 

@@ -65,6 +65,14 @@ def host_callbacks(lowered: jax.stages.Lowered) -> list:
     return list(lowered._lowering.compile_args.get("host_callbacks", ()))
 
 
+def const_args(lowered: jax.stages.Lowered) -> list:
+    """The values of a lowering's `jax.const` arguments of main, in order: closed-over arrays over
+    `jax_embedded_constants_max_bytes` that jax (with jax_use_simplified_jaxpr_constants, the default from
+    0.12.1) passes to the module instead of embedding them. No public API exposes them (0.10.2, 0.11.2,
+    0.12.0.1, 0.12.1: the same attribute)."""
+    return list(lowered._lowering.const_args)
+
+
 def release_dce_cache() -> None:
     """Empties jax's cache of dead-code-eliminated jaxprs. Under keep_unused=True (every mnjit lowering), jax
     0.12's `pxla._dce_jaxpr` returns its weakly held key as its value: the entry keeps itself alive, and with it

@@ -21,7 +21,7 @@ import onnx_ir as ir
 from jax import export
 from jax.extend.mlir import ir as mlir
 
-from hlo2onnx import pipeline
+from hlo2onnx import compat, pipeline
 from hlo2onnx.check import CheckError, CheckResult, check
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.files import save_model
@@ -90,8 +90,9 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
     """
     pipeline.check_opset(opset)
     timings: dict[str, float] = {}
+    constants = None
     if isinstance(source, jax.stages.Lowered):
-        source = source.compiler_ir("stablehlo")
+        source, constants = source.compiler_ir("stablehlo"), compat.const_args(source)
     elif isinstance(source, str) and "\n" in source:  # text, not a path (opening it failed as a file name)
         source = source.encode()
     if not isinstance(source, (str, os.PathLike, bytes, bytearray, mlir.Module, export.Exported)):
@@ -103,14 +104,15 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
             else read_source(source)
     with timed(timings, "parse"):
         if isinstance(data, mlir.Module):
-            loaded = Loaded("module", data, module_name(data))
+            loaded = Loaded("module", data, module_name(data), constants=constants)
         elif isinstance(data, export.Exported):
             loaded = from_exported(data, quiet_context())
         else:
             loaded = load(data)
     check_signature(loaded, dynamic)
     result = pipeline.run(loaded.module, target=target, opset=opset, name=name or loaded.name, fuse=fuse,
-                          progress=progress, timings=timings, adjust=exported_adjuster(loaded))
+                          progress=progress, timings=timings, adjust=exported_adjuster(loaded),
+                          constants=loaded.constants)
     conversion = Conversion(result.model, loaded, result.op_counts, timings, result.optimized, result.target,
                             result.violations)
     if output is not None:

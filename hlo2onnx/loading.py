@@ -48,6 +48,7 @@ class Loaded:
     module: mlir.Module
     name: str
     exported: export.Exported | None = None
+    constants: list | None = None  # a Lowered's jax.const argument values (compat.const_args)
 
 
 def read_source(source: str | os.PathLike, stream_bytes: int | None = None, *, name: str | None = None) -> bytes:

@@ -10,11 +10,13 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
+import jax
+import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 
 from hlo2onnx import ops  # noqa: F401  (fills the rule table)
-from hlo2onnx import collector, targets
+from hlo2onnx import collector, compat, targets
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
@@ -48,15 +50,17 @@ def check_opset(opset: object) -> int:
 def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET, name: str = "main",
         fuse: bool = True, progress: Progress | None = None, timings: dict[str, float] | None = None,
         adjust: Callable[[ir.Model], None] | None = None,
-        host_callbacks: Sequence[int] | None = None) -> ConversionReport:
+        host_callbacks: Sequence[int] | None = None,
+        constants: Sequence[np.ndarray] | None = None) -> ConversionReport:
     """Translates `module` (left unchanged) into an ONNX model with its report.
 
     `adjust(model)` runs inside the module's context right after translation,
     before optimization (jax.export artifacts rename and reshape inputs there).
     `timings` receives seconds per stage. `host_callbacks`: the ids mnjit runs
     the lowering's Python callbacks under (hlo2onnx/host_calls.py); without
-    them a callback is refused. Raises TargetError when a strict target cannot
-    run the result.
+    them a callback is refused. `constants`: the values of main's `jax.const`
+    arguments (`compat.const_args` of the Lowered), which become initializers.
+    Raises TargetError when a strict target cannot run the result.
     """
     if not isinstance(module, mlir.Module):  # else an AttributeError deep inside ('str' has no 'context')
         raise TypeError(f"expected a StableHLO mlir.Module (jax.jit(f).lower(*args).compiler_ir('stablehlo')), got "
@@ -68,17 +72,18 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     # Ctrl-C raised, not lost in a garbage-collector callback; the collector waits (hlo2onnx/collector.py).
     with InterruptGuard(), collector.paused():
         return _run(module, target, opset, name, fuse, progress, {} if timings is None else timings, adjust,
-                    host_callbacks)
+                    host_callbacks, constants)
 
 
-def _run(module, target, opset, name, fuse, progress, timings, adjust, host_callbacks) -> ConversionReport:
+def _run(module, target, opset, name, fuse, progress, timings, adjust, host_callbacks,
+         constants) -> ConversionReport:
     with timed(timings, "prepare"):
         try:
             prepared = prepare(module)
         except mlir.MLIRError as e:
             raise InvalidInputError(f"cannot legalize the module: {' '.join(str(e).split())}") from None
     with timed(timings, "translate"), module.context:
-        translator = ProgressTranslator(prepared, target, opset, progress, host_callbacks)
+        translator = ProgressTranslator(prepared, target, opset, progress, host_callbacks, constants)
         model = translator.translate(graph_name=name)
         if adjust is not None:
             adjust(model)
@@ -91,20 +96,25 @@ def _run(module, target, opset, name, fuse, progress, timings, adjust, host_call
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
 
 
-def translate(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET,
-              name: str = "main", fuse: bool = True) -> ir.Model:
-    """Translates an in-memory StableHLO module into an onnx-ir Model.
+def translate(module: mlir.Module | jax.stages.Lowered, *, target: Target | str = ORT_CPU,
+              opset: int = DEFAULT_OPSET, name: str = "main", fuse: bool = True) -> ir.Model:
+    """Translates an in-memory StableHLO module (or a jax.stages.Lowered, with its constants) into an onnx-ir
+    Model.
 
     Raises TargetError when a strict target (`core`) cannot run the result.
     """
     return translate_report(module, target=target, opset=opset, name=name, fuse=fuse).model
 
 
-def translate_report(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET,
-                     name: str = "main", fuse: bool = True,
+def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target | str = ORT_CPU,
+                     opset: int = DEFAULT_OPSET, name: str = "main", fuse: bool = True,
                      host_callbacks: Sequence[int] | None = None) -> ConversionReport:
     """`translate`, keeping what it did: the model is the report's `.model`. `host_callbacks`: see `run`."""
-    return run(module, target=target, opset=opset, name=name, fuse=fuse, host_callbacks=host_callbacks)
+    constants = None
+    if isinstance(module, jax.stages.Lowered):
+        module, constants = module.compiler_ir("stablehlo"), compat.const_args(module)
+    return run(module, target=target, opset=opset, name=name, fuse=fuse, host_callbacks=host_callbacks,
+               constants=constants)
 
 
 @contextmanager
@@ -121,8 +131,8 @@ class ProgressTranslator(Translator):
     """The translator, reporting how many ops it has emitted (for modules with thousands)."""
 
     def __init__(self, module: mlir.Operation, target: Target, opset: int, progress: Progress | None,
-                 host_callbacks: Sequence[int] | None = None):
-        super().__init__(module, target, opset, host_callbacks)
+                 host_callbacks: Sequence[int] | None = None, constants: Sequence[np.ndarray] | None = None):
+        super().__init__(module, target, opset, host_callbacks, constants)
         self._progress = progress
         self._done = 0
         self._last = 0.0

@@ -19,7 +19,7 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx import attrs as attr_codec
 from hlo2onnx import host_calls
 from hlo2onnx.builder import Builder
-from hlo2onnx.errors import Hlo2OnnxError, UnsupportedOpError, source_line
+from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError, source_line
 from hlo2onnx.graphs import all_nodes
 from hlo2onnx.interrupts import checkpoint
 from hlo2onnx.registry import COMPLEX_RULES, DYNAMIC_OK, RULES
@@ -64,11 +64,13 @@ class RuleContext:
 
 class Translator:
     def __init__(self, module: mlir.Module | mlir.Operation, target: Target, opset: int,
-                 host_callbacks: Sequence[int] | None = None):
+                 host_callbacks: Sequence[int] | None = None, constants: Sequence[np.ndarray] | None = None):
         """`host_callbacks`: the ids under which the caller runs the lowering's host callbacks, by index (mnjit
-        gives them); without them a callback is refused (hlo2onnx/host_calls.py)."""
+        gives them); without them a callback is refused (hlo2onnx/host_calls.py). `constants`: the values of
+        main's `jax.const` arguments, in order (`compat.const_args` of a Lowered): they become weights."""
         module_op = module.operation if isinstance(module, mlir.Module) else module
         self.target = target
+        self.constants = constants
         self.opset = opset
         self.host_callbacks = host_callbacks
         # Devices the module was lowered for: collectives over one device are identities (ops/sharding.py).
@@ -108,11 +110,16 @@ class Translator:
         builder = Builder(graph, self.target)
         inputs, args = [], []
         used_names: set[str] = set()
+        constants = iter(self._constant_arguments(func, name))
         for i, arg in enumerate(block.arguments):
             if is_token(arg.type):  # ordered effects: the caller's token is a fresh one (calls run in order)
                 args.append(builder.const(np.bool_(True)))
                 continue
-            value = ir.Value(name=unique_name(arg_name(arg, i), used_names))
+            constant = next(constants)
+            if constant is not None:
+                args.append(builder.weight(constant, self._type_of(arg, "func.func")))
+                continue
+            value = ir.Value(name=unique_name(arg_name(arg, len(inputs)), used_names))
             set_type(value, self._type_of(arg, "func.func"))
             inputs.append(value)
             args.append(value)
@@ -132,6 +139,33 @@ class Translator:
             graph.opset_imports[host_calls.DOMAIN] = host_calls.DOMAIN_VERSION
             model.metadata_props[host_calls.NEEDS_MNJIT] = "true"
         return model
+
+    def _constant_arguments(self, func: mlir.Operation, name: str) -> list[np.ndarray | None]:
+        """Per argument of `func`, the value of a `jax.const` one (else None).
+
+        jax >= 0.12.1 passes closed-over arrays larger than `jax_embedded_constants_max_bytes` as arguments of
+        main marked `jax.const`, their values held by the Lowered, not the module: they are the model's weights.
+        """
+        arguments = func.regions[0].blocks[0].arguments
+        arg_attrs = list(func.attributes["arg_attrs"]) if "arg_attrs" in func.attributes else []
+        marked = [i for i, attrs in enumerate(arg_attrs) if "jax.const" in mlir.DictAttr(attrs)]
+        values: list[np.ndarray | None] = [None] * len(arguments)
+        if not marked:
+            return values
+        if self.constants is None:
+            listed = ", ".join(f"%arg{i}" for i in marked)
+            raise InvalidInputError(
+                f"@{name}'s {'arguments' if len(marked) > 1 else 'argument'} {listed} "
+                f"{'are constants' if len(marked) > 1 else 'is a constant'} that jax passes beside the module "
+                "(jax.const = true), not in it, so the file lacks its value: convert the "
+                "jax.jit(f).lower(...) result itself (hlo2onnx.convert(lowered), mnjit's lower().save()), or "
+                "save the function with jax.export, which keeps them in the module")
+        if len(self.constants) != len(marked):
+            raise InvalidInputError(f"@{name} has {len(marked)} jax.const arguments, but {len(self.constants)} "
+                                    "constant values were given")
+        for i, constant in zip(marked, self.constants):
+            values[i] = np.asarray(constant)  # a CPU jax.Array is viewed, not copied
+        return values
 
     def next_site(self) -> int:
         """A number no other emitted callback node has: equal callbacks (one function inlined twice) stay two."""

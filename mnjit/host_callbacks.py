@@ -58,7 +58,7 @@ def translate(lowered: jax.stages.Lowered, target: hlo2onnx.Target, opset: int,
     """Translates a lowering whose callbacks mnjit will run; the registration keeps them callable."""
     functions = compat.host_callbacks(lowered)
     ids = reserve(len(functions)) if functions else None
-    conversion = hlo2onnx.translate_report(lowered.compiler_ir("stablehlo"), target=target, opset=opset, name=name,
+    conversion = hlo2onnx.translate_report(lowered, target=target, opset=opset, name=name,
                                            host_callbacks=ids)
     needed = functions and host_calls.host_calls(conversion.model)  # pure callbacks nobody reads are gone
     return conversion, Registration(conversion.model, functions, ids) if needed else None

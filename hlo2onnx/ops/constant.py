@@ -17,8 +17,20 @@ def dense_to_numpy(attr: mlir.DenseElementsAttr, dtype: np.dtype, shape) -> np.n
     so a large constant is not copied at translation (docs/runtime.md, Weights)."""
     try:
         return np.asarray(attr).astype(dtype, copy=False).reshape(shape)
-    except (TypeError, ValueError) as e:  # bf16, fp8, complex: issue-tracked, see ops docs
-        raise NotImplementedError(f"dense constant of {dtype}: {e}") from None
+    except (TypeError, ValueError):  # bf16 and fp8 have no buffer protocol in the bindings: read the literal
+        pass
+    match = _LITERAL.search(str(attr))
+    if match is None:
+        raise NotImplementedError(f"dense constant of {dtype} in an unknown printed form")
+    text = match.group(1).strip()
+    if text.startswith('"0x'):
+        values = np.frombuffer(bytes.fromhex(text[3:-1]), dtype=np.dtype(dtype).newbyteorder("<"))
+    else:
+        values = np.asarray([_float_token(t, np.dtype(dtype)) for t in re.split(r"[\s,\[\]]+", text) if t],
+                            dtype=dtype)
+    if values.size != int(np.prod(shape)):
+        raise NotImplementedError(f"dense constant of {dtype} with {values.size} values for shape {shape}")
+    return values.astype(dtype).reshape(shape)
 
 
 def splat_scalar(attr: mlir.DenseElementsAttr, dtype: np.dtype) -> np.ndarray:
