@@ -6,7 +6,10 @@ the peak resident set is then reset to the current one (`/proc/self/clear_refs`,
 far where that is refused), the function is called once, and the report is the rise of the peak, in copies of
 the constant's size.
 
-    python benchmarks/memory_first_call.py [--mb 600] [--variants numpy,ones,jax,several,twice]
+With `--hoisted` the constants are passed to the module as arguments (jax_use_simplified_jaxpr_constants, the
+default from jax 0.12.1; `--embedded` turns it off): they become the ONNX model's weights either way.
+
+    python benchmarks/memory_first_call.py [--mb 600] [--variants numpy,ones,jax,several,twice] [--hoisted]
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import os
 import subprocess
 import sys
 import textwrap
+
+import jax
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -56,6 +61,7 @@ def reset_peak():
 def peak():
     return status("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
+jax.config.update("jax_use_simplified_jaxpr_constants", {hoisted})
 n = {n}
 {variant}
 x = jnp.float32(1.5)
@@ -63,16 +69,27 @@ jit = {jit}
 jit(lambda v: v + 1)(x).block_until_ready()
 jax.jit(lambda v: v * 2)(x).block_until_ready()
 base = reset_peak()
-result = jit(fun)(x)
+compiled = jit(fun)
+result = compiled(x)
 result.block_until_ready()
-print(json.dumps({{"copies": (peak() - base) / (n * 4), "result": float(result)}}))
+report = {{"copies": (peak() - base) / (n * 4), "result": float(result)}}
+if {save_to!r}:  # mnjit only: the model saved with its weights in a file beside it
+    base = reset_peak()
+    compiled.lower(x).save({save_to!r}, external_data="weights.bin")
+    report["save_copies"] = (peak() - base) / (n * 4)
+print(json.dumps(report))
 """
 
 
-def measure(variant: str, jit: str, n: int) -> dict:
+def measure(variant: str, jit: str, n: int, hoisted: bool | None = None, save_to: str = "") -> dict:
     """{"copies": peak extra copies, "result": the function's value} for `variant` under `jit` ("mnjit" or
-    "jax"), with a constant of `n` float32 elements, in a fresh process."""
-    code = CHILD.format(n=n, variant=VARIANTS[variant], jit="mnjit" if jit == "mnjit" else "jax.jit")
+    "jax"), with a constant of `n` float32 elements, in a fresh process. `hoisted`: whether jax passes large
+    constants as arguments of the module (None: this jax's default). `save_to` (mnjit): then saves the model
+    there with external data and adds "save_copies", the peak rise of the save."""
+    if hoisted is None:
+        hoisted = jax.config.jax_use_simplified_jaxpr_constants
+    code = CHILD.format(n=n, variant=VARIANTS[variant], jit="mnjit" if jit == "mnjit" else "jax.jit",
+                        hoisted=bool(hoisted), save_to=save_to)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
                          timeout=1800)
@@ -85,6 +102,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=600, help="the constant's size in MB (10^6 bytes)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--hoisted", action=argparse.BooleanOptionalAction, default=None,
+                        help="constants as arguments of the module (default: this jax's own setting)")
     args = parser.parse_args()
     n = int(args.mb * 1e6) // 4
     variants = args.variants.split(",")
@@ -92,7 +111,7 @@ def main() -> None:
     # The results' relative difference: an f32 sum of 10^8 terms accumulates differently in ORT and XLA.
     print(f"{'variant':<10}{'jax.jit':>9}{'mnjit':>9}{'rel. diff':>11}")
     for variant in variants:
-        theirs, ours = measure(variant, "jax", n), measure(variant, "mnjit", n)
+        theirs, ours = measure(variant, "jax", n, args.hoisted), measure(variant, "mnjit", n, args.hoisted)
         diff = abs(ours["result"] - theirs["result"]) / abs(theirs["result"])
         print(f"{variant:<10}{theirs['copies']:9.2f}{ours['copies']:9.2f}{diff:11.1e}", flush=True)
 

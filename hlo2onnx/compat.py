@@ -7,6 +7,7 @@ pip line that installs a checked one: widen a range only after the suite passes 
 """
 from __future__ import annotations
 
+import warnings
 from types import ModuleType
 
 import jax
@@ -33,7 +34,37 @@ def require(package: str, version: str, supported: tuple[tuple[int, int], tuple[
                       f"{version}. Install with: pip install '{pins}'{note}")
 
 
+# The jax releases the whole suite has passed on (`make test` on each, .ci/run for the ends), oldest first. The
+# README's version table lists the same; a release newer than the last is allowed, with one warning.
+TESTED_JAX = ("0.10.2", "0.11.2", "0.12.0.1", "0.12.1")
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The numeric release parts of a version string: '0.12.0.1' -> (0, 12, 0, 1); '0.13.0.dev2026' -> (0, 13, 0)."""
+    parts = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def untested_warning(version: str, tested: tuple[str, ...] = TESTED_JAX) -> str | None:
+    """The warning for a jax newer than every tested release (None for a tested or older one)."""
+    if version_tuple(version) <= version_tuple(tested[-1]):
+        return None
+    return (f"mnjit and hlo2onnx were tested with jax {', '.join(tested)}; jax {version} is newer and untested. "
+            "New releases can change how jax lowers programs: report what fails, or install a tested release "
+            f"(pip install 'jax=={tested[-1]}' 'jaxlib=={tested[-1]}')")
+
+
+class UntestedJaxWarning(UserWarning):
+    """jax is newer than every release the suite has passed on."""
+
+
 require("jax", jax.__version__, SUPPORTED_JAX, " (jax 0.11 and later need Python >= 3.12)")
+if (_untested := untested_warning(jax.__version__)) is not None:  # once: a module runs its body once
+    warnings.warn(_untested, UntestedJaxWarning, stacklevel=2)
 
 # -- jax and jaxlib ---------------------------------------------------------------------------------------
 # The raw DLPack import, (capsule, device, stream, copy, dlpack device type) -> jax.Array: about 3.4 us

@@ -124,3 +124,34 @@ def test_ort_capi_iobinding():
     (capsule,) = binding.get_outputs().to_dlpacks(None)
     y = compat.dlpack_to_buffer(capsule, jax.devices("cpu")[0], None, None, compat.KDL_CPU)
     np.testing.assert_array_equal(np.asarray(y), -x)
+
+
+@pytest.mark.parametrize("version, warns", [
+    ("0.10.2", False), ("0.12.0.1", False), ("0.12.1", False), ("0.12.1.dev20261201", False),
+    ("0.12.2", True), ("0.12.1.1", True)])
+def test_untested_jax_warning(version, warns):
+    message = compat.untested_warning(version)
+    assert (message is not None) == warns
+    if warns:
+        assert f"jax {version} is newer" in message and ", ".join(compat.TESTED_JAX) in message
+
+
+def test_installed_jax_is_a_tested_release():
+    # The leg's own jax is one the suite passed on: a newer one must be added to TESTED_JAX once it passes.
+    assert compat.untested_warning(jax.__version__) is None, "add this jax to compat.TESTED_JAX once it passes"
+
+
+def test_import_warns_once_for_an_untested_jax():
+    code = ("import warnings; warnings.simplefilter('default')\nimport jax; jax.__version__ = '0.12.9'\n"
+            "import mnjit, hlo2onnx, hlo2onnx.conversion")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.count("UntestedJaxWarning") == 1, result.stderr
+    assert "jax 0.12.9 is newer and untested" in result.stderr
+
+
+def test_readme_lists_the_tested_releases():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    for version in compat.TESTED_JAX:
+        assert version in readme, f"README's version table lacks jax {version}"
