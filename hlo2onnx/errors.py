@@ -10,9 +10,10 @@ _FILE_LINE = re.compile(r'"([^"]+)":(\d+)(?::(\d+))?')
 
 
 def _package_dirs() -> tuple[str, ...]:
-    """The folders of jax, jaxlib, mnjit and hlo2onnx: frames there are never the user's line."""
+    """The folders of jax, jaxlib, mnjit, hlo2onnx and the ONNX libraries hlo2onnx calls (its fusions run inside
+    onnxscript's rewriter, and may trace jax code there): frames there are never the user's line."""
     dirs = []
-    for name in ("jax", "jaxlib", "mnjit", "hlo2onnx"):
+    for name in ("jax", "jaxlib", "mnjit", "hlo2onnx", "onnxscript", "onnx_ir", "onnx"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             dirs.extend(os.path.join(os.path.realpath(d), "") for d in spec.submodule_search_locations)

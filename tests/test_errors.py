@@ -25,6 +25,13 @@ def test_library_and_mnjit_frames_are_skipped():
     assert source_line(f'loc("{MNJIT_API}":147:8)') is None
 
 
+def test_frames_inside_the_onnx_libraries_hlo2onnx_calls_are_skipped():
+    # A fusion's check runs inside onnxscript's rewriter; jax code it traces there is not the user's.
+    rewriter = os.path.join(os.path.dirname(importlib.util.find_spec("onnxscript").origin), "rewriter", "_pattern_ir.py")
+    location = f'loc(callsite("check"("{rewriter}":978:8) at "/home/u/train.py":20:4))'
+    assert source_line(location) == "/home/u/train.py:20"
+
+
 def test_unsupported_op_in_library_code_names_the_library_line(tmp_path, monkeypatch):
     (tmp_path / "somelib.py").write_text("import jax.lax as lax\n\n\ndef helper(x):\n"
                                          "    return lax.rng_uniform(0.0, 1.0, x.shape) + x\n")
