@@ -153,6 +153,10 @@ class Builder:
             raise ValueError(f"a constant of shape {array.shape} where the module expects {ttype.shape}")
         array = np.ascontiguousarray(array.astype(ttype.dtype, copy=False))
         storage = ttype.storage
+        if storage is ttype and _is_uniform(array):
+            # As an embedded splat constant is: never stored densely, and the rewrites that fold a broadcast
+            # value apply (a sum of np.ones(n) * x is n * x, as XLA computes it, not n float32 additions).
+            return self.splat(array.reshape(-1)[0], array.dtype, array.shape)
         if storage is not ttype:
             array = array.reshape(ttype.shape + (1,)).view(storage.dtype)
         return self.const(array)
@@ -208,6 +212,18 @@ class Builder:
         for i, value in enumerate(values):
             value.name = f"{self.graph.name}/{i}"
         return self.graph
+
+
+def _is_uniform(array: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """Whether every element of `array` has the first one's bits; read a chunk at a time, so that a large
+    constant costs no temporary of its size and a non-uniform one is usually told from its first chunk."""
+    if array.size <= 1:
+        return array.size == 1
+    bits = array.reshape(-1).view(f"u{array.dtype.itemsize}") if array.dtype.itemsize in (1, 2, 4, 8) else None
+    if bits is None:
+        return False
+    first = bits[0]
+    return all((bits[start:start + chunk] == first).all() for start in range(0, bits.size, chunk))
 
 
 def graph_input(ttype: TensorType) -> ir.Value:

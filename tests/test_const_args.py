@@ -169,3 +169,13 @@ def test_the_weight_views_the_constant():
     weights = [v.const_value.numpy() for v in model.graph.initializers.values() if v.const_value.size == W.size]
     assert len(weights) == 1 and np.shares_memory(weights[0], constant)
 
+
+
+def test_a_uniform_constant_is_a_splat():
+    # np.ones closed over: embedded, jax writes a splat; passed as an argument, the translator finds it uniform.
+    fun = lambda x: (jnp.asarray(np.ones(100_000, np.float32)) * x).sum()  # noqa: E731
+    x = np.float32(1.1)
+    model = hlo2onnx.convert(jax.jit(fun).lower(x)).model
+    assert [v.name for v in model.graph.inputs] == ["x"]
+    assert max(v.const_value.size for v in model.graph.initializers.values()) < 100
+    assert_same(mnjit(fun)(x), jax.jit(fun)(x), tol=(2e-6, 2e-6))
