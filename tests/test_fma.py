@@ -4,7 +4,8 @@ bf16 fma: "UNIMPLEMENTED: Fma is not supported for element type f16 on CPU").
 
 The corpora construct the cases a plain Mul then Add gets wrong (each asserts that it does on some rows):
 products exactly halfway between two neighbours with a tiny c of either sign (where computing in a wider
-type and rounding once more is wrong too), sums a hair off a midpoint, signed zeros with every special value,
+type and rounding once more is wrong too), sums a hair off a midpoint (the product's own low bits, or a tail
+far below the midpoint's last place), signed zeros with every special value,
 and the extremes of each format: products past the range that c brings back, both terms tiny, subnormal
 results. jax.jit is compared where no input or result is subnormal: XLA's CPU flushes those to zero
 (tests/test_precision.py), where the exact value and ORT keep gradual underflow. NaN compares as NaN, not by
@@ -166,6 +167,23 @@ def near_midpoint(dtype, n: int = 1500, seed: int = 3):
     return a, b, np.array(c).astype(dtype)
 
 
+def past_midpoint(dtype, n: int = 600, seed: int = 5):
+    """a * b = 2^s (1 + eta), |eta| < 2^-p (b is 2^s / a rounded), c = M - 2^s for M an odd multiple of 2^s
+    between 2^(s+p) and 2^(s+p+1), a midpoint there: the sum is M plus a tail far below M's last place. In
+    f64 this is the tie the last TwoSum's error decides (c + RN(a * b) is M itself)."""
+    rng = np.random.default_rng(seed)
+    p = int(ml_dtypes.finfo(dtype).nmant) + 1
+    rows = []
+    for _ in range(n):
+        shift = int(rng.integers(-6, 3))
+        a = float(np.asarray(rng.uniform(1, 2) * 2.0 ** int(rng.integers(-3, 3)), dtype))
+        b = float(round_to(Fraction(2) ** shift / Fraction(a), dtype))
+        c = 2.0 ** shift * (2 ** p + 2 * int(rng.integers(0, 2 ** (p - 1))))
+        sign = float(rng.choice([-1, 1]))  # -(a b + c) = (-a) b + (-c)
+        rows.append((sign * a, b, sign * c))
+    return _as(dtype, *zip(*rows))
+
+
 def specials(dtype):
     """Every triple of signed zeros, infinities, NaN, +-1, the largest and smallest numbers, a subnormal."""
     info = ml_dtypes.finfo(dtype)
@@ -206,8 +224,8 @@ def extremes(dtype, n: int = 3000, seed: int = 4):
 
 
 CORPORA = {"random": random_normal, "wide": wide, "midpoint": midpoint, "near_midpoint": near_midpoint,
-           "specials": specials, "extremes": extremes}
-CORNERS = ("midpoint", "near_midpoint", "specials", "extremes")  # where a plain Mul then Add must fail
+           "past_midpoint": past_midpoint, "specials": specials, "extremes": extremes}
+CORNERS = ("midpoint", "near_midpoint", "past_midpoint", "specials", "extremes")  # where a plain Mul then Add must fail
 _MEMO: dict = {}
 
 
