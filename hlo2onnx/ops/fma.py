@@ -53,8 +53,9 @@ def fma(ctx: RuleContext, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
         except NotImplementedError:
             exact = False
         if not exact:
-            raise NotImplementedError(f"{target.name} cannot run fma's exact form: it needs float64 arithmetic "
-                                      f"({op}), which {target.name} does not compute in float64")
+            why = "computes float64 in a narrower type" if F64 in target.narrowed else f"has no float64 {op} kernel"
+            raise NotImplementedError(f"{target.name} cannot run fma's exact form, which needs float64 arithmetic: "
+                                      f"{target.name} {why}")
     if dtype == F64:
         return _wide(ctx.b, a, b, c)
     return _narrow(ctx.b, dtype, a, b, c)
