@@ -31,7 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
-from hlo2onnx.registry import register
+from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -59,6 +59,9 @@ def fma(ctx: RuleContext, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
     if dtype == F64:
         return _wide(ctx.b, a, b, c)
     return _narrow(ctx.b, dtype, a, b, c)
+
+
+allow_dynamic("stablehlo.fma")  # elementwise nodes and scalar constants only: no dim is read
 
 
 def two_sum(b: Builder, x: ir.Value, y: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -158,8 +161,9 @@ def _split(b: Builder, v: ir.Value) -> tuple[ir.Value, ir.Value]:
     return hi, b.op("Sub", v, hi)
 
 
-def _round_once(b: Builder, a: ir.Value, x: ir.Value, c: ir.Value) -> ir.Value:
-    """RN(a * x + c) where nothing overflows and the product's low half is exact (see the regimes above).
+def _round_once(b: Builder, a: ir.Value, x: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """RN(a * x + c) where nothing overflows and the product's low half is exact (see the regimes above), and a
+    value with the sign of what it misses.
 
     Dekker's TwoProduct a * x = uh + ul, then TwoSums: c + uh = th + tl, tl + ul = w + err, th + w = s2 + e2,
     so that a * x + c = s2 + e2 + err exactly. err != 0 needs tl != 0, so |th| >= |uh| / 2 and
@@ -191,7 +195,8 @@ def _scale_back(b: Builder, rounded: ir.Value, direction: ir.Value, scale: ir.Va
     small regime lands among the subnormals (quantum 2^-1074, 2^126 in the scaled domain, where every midpoint
     of that grid is a double): corrected as in `_narrow`, a midpoint taking the neighbour on `direction`'s side."""
     unscale = b.op("Reciprocal", scale)
-    halfway = b.op("Mul", rounded, unscale)  # exact: normal in every regime
+    # Exact but where the result is far below the subnormals (then it is +-0 either way, and `fix` False).
+    halfway = b.op("Mul", rounded, unscale)
     result = b.op("Mul", halfway, unscale)
     back = b.op("Mul", result, scale)  # exact where the regime is small: a subnormal or normal result, scaled up
     other = b.op("Sub", b.op("Add", halfway, halfway), back)
