@@ -85,8 +85,19 @@ def _away_from(b: Builder, candidate: ir.Value, kept: ir.Value, direction: ir.Va
 
 
 # -- f32, f16, bf16 -----------------------------------------------------------------------------------------
+def _widen(b: Builder, v: ir.Value) -> ir.Value:
+    """`v` cast to f64; a broadcast value (a Horner coefficient, lowered as broadcast_in_dim) is cast before its
+    Expand, so that the cast folds into the constant and the clean-up drops the Expand into the Mul and Add
+    that broadcast by themselves: the graph is then the same as on a scalar, where the erf/erfc templates of
+    the Erf and Gelu fusions were traced."""
+    producer = v.producer()
+    if producer is not None and producer.op_type == "Expand" and producer.domain == "":
+        return b.op("Expand", b.cast(producer.inputs[0], F64), producer.inputs[1])
+    return b.cast(v, F64)
+
+
 def _narrow(b: Builder, dtype: np.dtype, a: ir.Value, x: ir.Value, c: ir.Value) -> ir.Value:
-    a64, x64, c64 = (b.cast(v, F64) for v in (a, x, c))
+    a64, x64, c64 = (_widen(b, v) for v in (a, x, c))
     s, e = two_sum(b, b.op("Mul", a64, x64), c64)  # the product is exact; p + c = s + e
     if dtype == F32:
         t, direction = s, e

@@ -28,13 +28,13 @@ class Erf(Fusion):
 
     op_type = "Erf"
 
-    def __init__(self, opset, target, dtype: str):
+    def __init__(self, opset, target, dtype: str, source: str = "jit"):
         super().__init__(opset, target)
-        self.dtype = dtype
-        self.name = f"Erf[{dtype}]"
+        self.dtype, self.source = dtype, source
+        self.name = f"Erf[{dtype},{source}]"
 
     def pattern(self, op, x):
-        return templates.replay(templates.template(jax.lax.erf, self.dtype), op, x)
+        return templates.replay(templates.template(jax.lax.erf, self.dtype, self.source), op, x)
 
     def check(self, context, x, **_) -> MatchResult:
         return self.available(x)
@@ -51,12 +51,13 @@ class Gelu(Erf):
 
     op_type = "Gelu"
 
-    def __init__(self, opset, target, dtype: str):
-        super().__init__(opset, target, dtype)
-        self.name = f"Gelu[{dtype}]"
+    def __init__(self, opset, target, dtype: str, source: str = "jit"):
+        super().__init__(opset, target, dtype, source)
+        self.name = f"Gelu[{dtype},{source}]"
 
     def pattern(self, op, x, half, scale):
-        erfc = templates.replay(templates.template(jax.lax.erfc, self.dtype), op, op.Mul(op.Neg(x), scale))
+        erfc = templates.template(jax.lax.erfc, self.dtype, self.source)
+        erfc = templates.replay(erfc, op, op.Mul(op.Neg(x), scale))
         return op.Mul(op.Mul(half, x), erfc)
 
     def check(self, context, x, half, scale, **_) -> MatchResult:
@@ -274,7 +275,8 @@ def rules(opset: int, target, template_dtypes: list[str]) -> list:
     """In order: the erf expansions first (Gelu needs Erf), HardSigmoid and Softplus before Relu eats their max."""
     found = []
     for dtype in template_dtypes:
-        found += [Gelu.rule(opset, target, dtype), Erf.rule(opset, target, dtype)]
+        found += [Gelu.rule(opset, target, dtype, source) for source in templates.sources(jax.lax.erfc, dtype)]
+        found += [Erf.rule(opset, target, dtype, source) for source in templates.sources(jax.lax.erf, dtype)]
     for cls in (GeluFromErf, GeluFromErfDiv, GeluTanh, Softplus, HardSigmoid, HardSwish, Clip, Relu,
                 LeakyRelu, Sigmoid, Swish):
         if opset >= cls.min_opset:

@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
 from hlo2onnx import ops  # noqa: F401  (the rules the template's translation needs)
+from hlo2onnx.loading import from_exported, quiet_context
 from hlo2onnx.mlir_io import prepare
 from hlo2onnx.patterns.cleanup import canonicalize, const_array
 from hlo2onnx.targets import ORT_CPU
@@ -27,15 +28,44 @@ MIN_NODES = 20
 MIN_TEMPLATE_OPSET = 18
 
 
+# How a function reached the translator: jax.jit's lowering (erf and erfc as chlo ops, which hlo2onnx legalizes)
+# or a jax.export artifact (legalized by jax at export). From jax 0.12.1 the two expand erfc differently (the
+# export's Horner steps are multiply and add, chlo's are fma), so a fusion looks for both.
+SOURCES = ("jit", "export")
+
+
 @lru_cache(maxsize=None)
-def template(fn: Callable, dtype: str) -> ir.Graph:
-    """The canonical ONNX graph of `fn` on one scalar of `dtype`."""
-    lowered = jax.jit(fn).lower(jax.ShapeDtypeStruct((), np.dtype(dtype)))
-    module = prepare(lowered.compiler_ir("stablehlo"))
+def template(fn: Callable, dtype: str, source: str = "jit") -> ir.Graph:
+    """The canonical ONNX graph of `fn` on one scalar of `dtype`, lowered as `source` lowers it."""
+    spec = jax.ShapeDtypeStruct((), np.dtype(dtype))
+    if source == "export":
+        module = prepare(from_exported(jax.export.export(jax.jit(fn))(spec), quiet_context()).module)
+    else:
+        module = prepare(jax.jit(fn).lower(spec).compiler_ir("stablehlo"))
     with module.context:  # the translator itself: no fusions (they would look for this very template)
         model = Translator(module, ORT_CPU, opset=MIN_TEMPLATE_OPSET).translate(graph_name="template")
     canonicalize(model)
     return model.graph
+
+
+@lru_cache(maxsize=None)
+def sources(fn: Callable, dtype: str) -> tuple[str, ...]:
+    """The SOURCES whose templates of `fn` differ (one where this jax lowers both alike)."""
+    distinct: dict[tuple, str] = {}
+    for source in SOURCES:
+        distinct.setdefault(_shape_of(template(fn, dtype, source)), source)
+    return tuple(distinct.values())
+
+
+def _shape_of(graph: ir.Graph) -> tuple:
+    """A graph's nodes and constants, as replay reads them: equal for templates that match the same nodes."""
+    index = {value: i for i, value in enumerate(graph.inputs)}
+    shape = []
+    for node in graph:
+        index.update((value, len(index)) for value in node.outputs)
+        args = tuple(index[v] if v in index else float(const_array(v).reshape(())) for v in node.inputs)
+        shape.append((node.op_type, args, tuple(sorted((k, str(a.value)) for k, a in node.attributes.items()))))
+    return tuple(shape)
 
 
 def replay(graph: ir.Graph, op, *inputs):
