@@ -192,12 +192,6 @@ def test_models() -> None:
 
     for model in (mlp(batch=8), cnn(batch=2), transformer(batch=1, seq=16, d=32, f=64)):
         expected = jax.jit(model.fun)(*model.args)
-        if model.name == "transformer_block" and jax.__version_info__ >= (0, 12, 1):
-            # jax 0.12.1 writes the exact GELU's erfc with stablehlo.fma, whose exact form needs float64:
-            # refused by name (hlo2onnx/ops/fma.py).
-            with pytest.raises(hlo2onnx.UnsupportedOpError, match=r"stablehlo\.fma: openvino-cpu cannot run"):
-                mnjit(model.fun, target=TARGET)(*model.args)
-            continue
         assert_same(mnjit(model.fun, target=TARGET)(*model.args), expected, (2e-4, 2e-4), model.name)
 
 
