@@ -12,7 +12,8 @@ from hlo2onnx import compat
 compat.ort_capi()
 
 from mnjit.api import MnjitFunction, mnjit  # noqa: E402
+from mnjit.flax_nnx import NnxJitFunction, nnx_jit  # noqa: E402
 from mnjit.stages import Compiled, MnjitLowered  # noqa: E402
 
-__all__ = ["mnjit", "MnjitFunction", "MnjitLowered", "Compiled"]
+__all__ = ["mnjit", "MnjitFunction", "MnjitLowered", "Compiled", "nnx_jit", "NnxJitFunction"]
 __version__ = "0.1.0"
