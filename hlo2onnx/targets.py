@@ -142,7 +142,7 @@ def _parse(spec: str) -> frozenset[np.dtype]:
     return frozenset(DTYPES[name] for name in spec.split())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Target:
     """A runtime's op subset. `missing` maps an ONNX op to dtypes it cannot run.
 
@@ -184,6 +184,9 @@ class Target:
     # The runtime's compiler fuses a broadcast into the loop of the op that reads it (IREE): the patterns that
     # materialize broadcasts for ORT's kernels (patterns/last_axis.py) only add copies there.
     fuses_broadcasts: bool = False
+
+    def __repr__(self) -> str:  # the op and dtype tables would print ~14 KB per target
+        return f"Target({self.name!r}, runtime={self.runtime!r}, device={self.device!r})"
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)
@@ -318,7 +321,19 @@ IREE_CUDA = replace(
     description="IREE (iree-base-compiler) compiled for the NVIDIA GPU jax sees (CUDA driver only, no "
                 "onnxruntime-gpu); the iree-cpu table")
 
-TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU, IREE_CUDA)}
+class TargetTable(dict):
+    """The targets by name; printed as one line per target (each Target's op and dtype tables run to ~80 KB)."""
+
+    def __repr__(self) -> str:
+        width = max(map(len, self), default=0)
+        return "\n".join(f"{name:<{width}}  {target.runtime} on {target.device}: {target.description}"
+                         for name, target in self.items())
+
+    __str__ = __repr__
+
+
+TARGETS: dict[str, Target] = TargetTable(
+    {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU, IREE_CUDA)})
 
 
 def get(target: str | Target) -> Target:
