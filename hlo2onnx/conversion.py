@@ -72,7 +72,10 @@ class Conversion:
             raise Hlo2OnnxError(str(e)) from None
 
     def report(self) -> str:
-        return str(ConversionReport(self.model, self.op_counts, self.optimized, self.target, self.violations))
+        """The signature (inputs and outputs by name), then what each StableHLO op kind became, the fusions,
+        node counts and the nodes the target runs on its fallback."""
+        report = ConversionReport(self.model, self.op_counts, self.optimized, self.target, self.violations)
+        return f"signature: {names.signature(self.model)}\n{report}"
 
     def check(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
               sizes: Sequence[int] = (2, 5), seed: int = 0) -> CheckResult:

@@ -16,7 +16,7 @@ import onnx_ir as ir
 
 from hlo2onnx.errors import Hlo2OnnxError
 
-__all__ = ["short_names", "output_name", "apply", "VALID_NAME"]
+__all__ = ["short_names", "output_name", "apply", "signature", "VALID_NAME"]
 
 # A key path as jax prints it (jax.tree_util.keystr): ['key'], [0], .attr, after an optional head.
 _HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -201,3 +201,14 @@ def wanted(input_names=None, output_names=None, inputs_as_nchw=(), outputs_as_nc
 def copy(model: ir.Model) -> ir.Model:
     """An independent copy of `model` (a round trip through its protobuf, weights included)."""
     return ir.from_proto(ir.to_proto(model))
+
+
+def signature(model: ir.Model) -> str:
+    """`name(image: float[2,28,28,1]) -> (probs: float[2,10])`: the model's inputs and outputs as a server sees
+    them (symbolic dims by name)."""
+    def described(value: ir.Value) -> str:
+        dims = ",".join(str(d) for d in value.shape) if value.shape is not None else "?"
+        dtype = value.dtype.name.lower() if value.dtype is not None else "?"
+        return f"{value.name}: {dtype}[{dims}]"
+    outputs = ", ".join(map(described, model.graph.outputs))
+    return f"{model.graph.name}({', '.join(map(described, model.graph.inputs))}) -> ({outputs})"

@@ -50,7 +50,7 @@ class MnjitLowered(TracedInfo):
         which tier serves it and whether that is decided; then per StableHLO op kind the ONNX op types it
         became, the fusions that fired, node counts before/after, and the nodes the target runs on its
         fallback."""
-        lines = [f"signature: {model_signature(self.model)}"]
+        lines = [f"signature: {names.signature(self.model)}"]
         target = self.conversion.target if self.conversion is not None else None
         if target is not None:
             fallback = f", nodes it lacks on {target.fallback.name}" if target.fallback is not None else ""
@@ -115,17 +115,6 @@ class MnjitLowered(TracedInfo):
             names.apply(model, input_names=input_names, output_names=output_names, inputs_as_nchw=inputs_as_nchw,
                         outputs_as_nchw=outputs_as_nchw)
         save_model(model, path, external_data)
-
-
-def model_signature(model: ir.Model) -> str:
-    """`name(image: float32[2,28,28,1]) -> (probs: float32[2,10])`: the model's inputs and outputs as a server
-    sees them."""
-    def described(value: ir.Value) -> str:
-        dims = ",".join(str(d) for d in value.shape) if value.shape is not None else "?"
-        dtype = value.dtype.name.lower() if value.dtype is not None else "?"
-        return f"{value.name}: {dtype}[{dims}]"
-    outputs = ", ".join(map(described, model.graph.outputs))
-    return f"{model.graph.name}({', '.join(map(described, model.graph.inputs))}) -> ({outputs})"
 
 
 def compile_lowered(lowered: Any) -> Compiled:

@@ -372,7 +372,7 @@ def test_huge_dims_convert_lazily(case, tmp_path, capsys):
     (["{src}", "--opset", "seven"], "not an integer", 2),
     (["{src}", "--parse-limit", "-1"], "-1 is negative", 2),
     (["{src}", "--parse-limit", "2.5"], "not an integer: '2.5'", 2),
-    (["{src}", "--target", "tpu"], "invalid choice", 2),
+    (["{src}", "--target", "tpu"], "unknown target 'tpu' (choose from core", 2),
     (["{src}", "--frobnicate"], "unrecognized arguments", 2),
     (["-"], "reading stdin needs -o", 1),
     (["{src}", "--inputs", "{dir}/none.npz"], "cannot read --inputs", 1),

@@ -81,6 +81,8 @@ def test_report_gives_signature_placement_and_tier():
     assert first == "signature: classify(image: float[2,3]) -> (probs: float[2,3])"
     assert second == "runs on: ort-cpu (onnxruntime on cpu)"
     assert "StableHLO ops" in text
+    conversion = hlo2onnx.convert(jax.jit(classify).lower({"image": np.ones((2, 3), np.float32)}))
+    assert conversion.report().splitlines()[0] == "signature: jit_classify(image: float[2,3]) -> (probs: float[2,3])"
 
 
 def test_tier_status_explains_pending_and_decided():
