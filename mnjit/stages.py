@@ -46,17 +46,18 @@ class MnjitLowered(TracedInfo):
     compiler: Callable[[], Compiled] | None = None  # set by MnjitFunction.lower for concrete signatures
 
     def report(self) -> str:
-        """The signature (the ONNX inputs and outputs, by name) and where the model runs; under target="auto"
-        which tier serves it and whether that is decided; then per StableHLO op kind the ONNX op types it
-        became, the fusions that fired, node counts before/after, and the nodes the target runs on its
+        """Under target="auto" first which tier serves the signature and whether that is decided; the signature
+        (the ONNX inputs and outputs, by name) and where the model runs; then per StableHLO op kind the ONNX op
+        types it became, the fusions that fired, node counts before/after, and the nodes the target runs on its
         fallback."""
-        lines = [f"signature: {names.signature(self.model)}"]
+        lines = [f"auto: {self.tier()}"] if self.tier is not None else []
+        lines.append(f"signature: {names.signature(self.model)}")
         target = self.conversion.target if self.conversion is not None else None
         if target is not None:
             fallback = f", nodes it lacks on {target.fallback.name}" if target.fallback is not None else ""
-            lines.append(f"runs on: {target.name} ({target.runtime} on {target.device}{fallback})")
-        if self.tier is not None:
-            lines.append(f"auto: {self.tier()}")
+            # Under "auto" the model below is the base tier's, which serves until the line above says otherwise.
+            label = "base tier" if self.tier is not None else "runs on"
+            lines.append(f"{label}: {target.name} ({target.runtime} on {target.device}{fallback})")
         return "\n".join(lines) + "\n" + str(self.conversion)
 
     def compile(self, compiler_options: dict | None = None) -> Compiled:
