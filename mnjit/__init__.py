@@ -2,6 +2,9 @@
 
     from mnjit import mnjit
     step = mnjit(step)        # instead of jax.jit(step)
+
+    from mnjit import nnx_jit
+    step = nnx_jit(step)      # instead of flax's nnx.jit(step): nnx objects are updated in place
 """
 from __future__ import annotations
 
