@@ -45,6 +45,7 @@ from hlo2onnx import host_calls
 from hlo2onnx import targets_iree, targets_openvino
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
+from hlo2onnx.target_table import TargetTable
 from hlo2onnx.types import FLOAT8
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -321,19 +322,8 @@ IREE_CUDA = replace(
     description="IREE (iree-base-compiler) compiled for the NVIDIA GPU jax sees (CUDA driver only, no "
                 "onnxruntime-gpu); the iree-cpu table")
 
-class TargetTable(dict):
-    """The targets by name; printed as one line per target (each Target's op and dtype tables run to ~80 KB)."""
-
-    def __repr__(self) -> str:
-        width = max(map(len, self), default=0)
-        return "\n".join(f"{name:<{width}}  {target.runtime} on {target.device}: {target.description}"
-                         for name, target in self.items())
-
-    __str__ = __repr__
-
-
-TARGETS: dict[str, Target] = TargetTable(
-    {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU, IREE_CUDA)})
+TARGETS: dict[str, Target] = TargetTable({t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU,
+                                                                 IREE_CUDA)})
 
 
 def get(target: str | Target) -> Target:
