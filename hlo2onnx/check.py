@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import jax
@@ -38,6 +38,8 @@ class CheckResult:
     runs: int
     outputs: int
     problems: list[str]
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> (rtol, atol) compared at
+    sizes: list[int] = field(default_factory=list)  # the values symbolic dims took, one run each (none: no such dim)
 
     @property
     def ok(self) -> bool:
@@ -45,8 +47,12 @@ class CheckResult:
 
     def summary(self) -> str:
         runs = f" over {self.runs} runs" if self.runs > 1 else ""
+        sizes = f" (symbolic dims = {', '.join(map(str, self.sizes))})" if self.sizes else ""
+        tolerance = "; ".join(f"{dtype} rtol={r:g} atol={a:g}" for dtype, (r, a) in self.tolerances.items())
+        tolerance = f", tolerance {tolerance}" if tolerance else ""
         verdict = "ok" if self.ok else "MISMATCH: " + "; ".join(self.problems)
-        return f"check: max abs error {self.max_abs_error:.3g} on {self.outputs} output(s){runs}: {verdict}"
+        return (f"check: max abs error {self.max_abs_error:.3g} on {self.outputs} output(s){runs}{sizes}"
+                f"{tolerance}: {verdict}")
 
 
 def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
@@ -63,6 +69,7 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
         # () made no run at all, and the check passed having compared nothing
         raise ValueError(f"sizes must be a non-empty sequence of integers >= 0, got {sizes!r}")
     specs = [(v.name, tuple(v.shape), v.dtype.numpy()) for v in conversion.model.graph.inputs]
+    tried: list[int] = []
     if inputs is not None:
         feeds = [_given_inputs(specs, inputs)]
     else:
@@ -70,6 +77,7 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
         if None in symbolic or any(not s.isidentifier() for s in symbolic if s is not None):
             raise CheckError("cannot make inputs for dynamic dims without plain names; give the inputs")
         rng = np.random.default_rng(seed)
+        tried = list(sizes) if symbolic else []
         try:
             feeds = [[_random(rng, _concrete(shape, size), dtype) for _, shape, dtype in specs]
                      for size in (sizes if symbolic else sizes[:1])]
@@ -84,7 +92,9 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
         raise CheckError(f"ONNX Runtime rejected the model: {' '.join(str(e).split())}") from None
     reference = reference_runner(conversion.loaded)
     complex_inputs = _complex_inputs(conversion.loaded)
-    max_error, problems, outputs = 0.0, [], 0
+    max_error, problems, outputs, tolerances = 0.0, [], 0, {}
+    # Inputs and outputs made NCHW at the boundary (convert's inputs_as_nchw): JAX's module takes and gives NHWC.
+    nchw_in, nchw_out = conversion.nchw
     for arrays in feeds:
         try:
             results = session.run_with_ort_values(None, {name: _ort_value(a, ort)
@@ -93,18 +103,22 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
             raise CheckError(f"ONNX Runtime failed to run the model: {' '.join(str(e).split())[:300]}") from None
         actual = [_from_ort_value(value) for value in results]
         # The model holds complex values as (real, imag) pairs on a trailing axis; JAX as complex.
+        arrays = [np.moveaxis(a, 1, -1) if i in nchw_in else a for i, a in enumerate(arrays)]
         expected = [_as_pairs(e) for e in reference([_as_complex(a) if i in complex_inputs else a
                                                      for i, a in enumerate(arrays)])]
+        expected = [np.moveaxis(e, -1, 1) if i in nchw_out else e for i, e in enumerate(expected)]
         outputs = len(expected)
         if len(actual) != len(expected):
             problems.append(f"{len(actual)} outputs, JAX gives {len(expected)}")
             continue
         for i, (a, e) in enumerate(zip(actual, expected)):
             error, problem = compare(np.asarray(a), np.asarray(e))
+            if np.asarray(a).dtype.kind in "fc":
+                tolerances[np.asarray(a).dtype.name] = TOLERANCE.get(np.asarray(a).dtype.name, (1e-4, 1e-5))
             max_error = max(max_error, error)
             if problem:
                 problems.append(f"output {i}: {problem}")
-    return CheckResult(max_error, len(feeds), outputs, problems)
+    return CheckResult(max_error, len(feeds), outputs, problems, tolerances, tried)
 
 
 def _complex_inputs(loaded: Loaded) -> set[int]:

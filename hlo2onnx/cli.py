@@ -22,7 +22,8 @@ import subprocess
 import sys
 from typing import Sequence
 
-from hlo2onnx.command import CHILD_ENV, EXIT_ERROR, PROGRESS_MIN_OPS  # noqa: F401  (light: argparse only)
+from hlo2onnx.command import (CHILD_ENV, EXIT_ERROR, EXIT_USAGE, PROGRESS_MIN_OPS,  # noqa: F401  (light: argparse)
+                              QUICK_OPTIONS, build_parser)
 from hlo2onnx.files import TEMP_PREFIX
 
 __all__ = ["main", "EXIT_ERROR", "PROGRESS_MIN_OPS"]
@@ -30,8 +31,15 @@ __all__ = ["main", "EXIT_ERROR", "PROGRESS_MIN_OPS"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The installed `hlo2onnx` entry point; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if QUICK_OPTIONS.intersection(argv[:argv.index("--")] if "--" in argv else argv):
+        # --help, --version, --list-targets: no child, and no jax (a child's start-up imports it).
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else EXIT_USAGE if e.code else 0
     try:
-        return _supervise(list(sys.argv[1:] if argv is None else argv))
+        return _supervise(argv)
     except KeyboardInterrupt:
         _fail("interrupted")
         return 130

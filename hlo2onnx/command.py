@@ -37,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _opset(text: str) -> int:
-    from hlo2onnx.pipeline import MAX_OPSET, MIN_OPSET
+    from hlo2onnx.defaults import MAX_OPSET, MIN_OPSET
 
     try:
         value = int(text)
@@ -65,10 +65,32 @@ def _path(text: str) -> str:
     return text
 
 
+def _target(text: str) -> str:
+    from hlo2onnx.targets import TARGETS  # at parse time, not for --help
+
+    if text not in TARGETS:
+        raise argparse.ArgumentTypeError(f"unknown target {text!r} (choose from {', '.join(sorted(TARGETS))})")
+    return text
+
+
+class _ListTargets(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from hlo2onnx.targets import TARGETS
+
+        print(TARGETS)
+        parser.exit()
+
+
+# The options answered without the converter: the parser imports nothing heavy (hlo2onnx.defaults), so
+# hlo2onnx.cli answers them in its own process, in the time Python takes to start.
+QUICK_OPTIONS = frozenset({"-h", "--help", "--version", "--list-targets"})
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from hlo2onnx.pipeline import DEFAULT_OPSET
-    from hlo2onnx.serving import DEFAULT_MAX_BATCH_SIZE
-    from hlo2onnx.targets import TARGETS
+    from hlo2onnx.defaults import DEFAULT_MAX_BATCH_SIZE, DEFAULT_OPSET, DEFAULT_TARGET, __version__
 
     parser = _Parser(prog="hlo2onnx", description="Convert StableHLO (text or bytecode), a jax.export "
                      "artifact or XLA HLO text to an ONNX model. The format is recognized from the content.",
@@ -81,9 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "model (ONNX external data); done anyway, as <output>.data, when the model passes "
                         "protobuf's 2 GB limit")
     parser.add_argument("--opset", type=_opset, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
-    parser.add_argument("--target", choices=sorted(TARGETS), default="ort-cpu",
-                        help="the backend whose ops and dtypes the model may use (default ort-cpu): "
-                        + "; ".join(f"{t.name}: {t.description}" for t in TARGETS.values()))
+    parser.add_argument("--target", type=_target, default=DEFAULT_TARGET, metavar="NAME",
+                        help=f"the backend whose ops and dtypes the model may use (default {DEFAULT_TARGET}; "
+                        "--list-targets lists them)")
+    parser.add_argument("--list-targets", action=_ListTargets, help="list the targets and exit")
+    parser.add_argument("--version", action="version", version=f"hlo2onnx {__version__}")
     parser.add_argument("--name", help="the ONNX graph's name (default: the module's)")
     parser.add_argument("--dynamic", action="store_true",
                         help="keep symbolic dims (jax.export shape polymorphism) as ONNX dim_params")
@@ -93,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-batch-size", metavar="N", type=_non_negative, help="for --triton-repo: the largest "
                         f"batch Triton forms along axis 0, which must be symbolic (--dynamic; default "
                         f"{DEFAULT_MAX_BATCH_SIZE}); 0: no batching, full shapes")
+    parser.add_argument("--input-names", metavar="A,B", help="name the ONNX inputs, in order (default: dict keys "
+                        "where the function takes dicts, else jax's argument names)")
+    parser.add_argument("--output-names", metavar="Y,Z", help="name the ONNX outputs, in order (default: dict keys "
+                        "where the function returns a dict, else out0, out1 ...)")
+    parser.add_argument("--inputs-as-nchw", metavar="A,B", help="take these NHWC inputs (by their final names) as "
+                        "NCHW: a Transpose at the boundary, folded into the convolutions where it can be")
+    parser.add_argument("--outputs-as-nchw", metavar="Y,Z", help="give these NHWC outputs as NCHW")
     parser.add_argument("--check", action="store_true", help="run the model in ONNX Runtime and the module in "
                         "JAX on the same inputs and print the largest difference")
     parser.add_argument("--inputs", metavar="NPZ", type=_path, help="inputs for --check (implies it): arrays named like the "
@@ -195,7 +226,9 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None], limit_p
     deadline = _ParseDeadline(args.input, args.parse_limit, progress, announce) if limit_parse else None
     try:
         conversion = convert(args.input, None, target=args.target, opset=args.opset, name=args.name,
-                             dynamic=args.dynamic, progress=deadline or progress)
+                             dynamic=args.dynamic, progress=deadline or progress, input_names=args.input_names,
+                             output_names=args.output_names, inputs_as_nchw=args.inputs_as_nchw or (),
+                             outputs_as_nchw=args.outputs_as_nchw or ())
     finally:
         if deadline is not None:
             deadline.cancel()

@@ -21,7 +21,7 @@ import onnx_ir as ir
 from jax import export
 from jax.extend.mlir import ir as mlir
 
-from hlo2onnx import compat, pipeline
+from hlo2onnx import compat, names, pipeline
 from hlo2onnx.check import CheckError, CheckResult, check
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.files import save_model
@@ -48,6 +48,8 @@ class Conversion:
     optimized: Report | None = None  # what clean-up and fusion did (None: fusion off)
     target: Target | None = None
     violations: list[Violation] = field(default_factory=list)  # nodes the target runs on its fallback
+    # Positions of the inputs and outputs made NCHW at the boundary (inputs_as_nchw, outputs_as_nchw).
+    nchw: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
 
     @property
     def format(self) -> str:
@@ -70,7 +72,10 @@ class Conversion:
             raise Hlo2OnnxError(str(e)) from None
 
     def report(self) -> str:
-        return str(ConversionReport(self.model, self.op_counts, self.optimized, self.target, self.violations))
+        """The signature (inputs and outputs by name), then what each StableHLO op kind became, the fusions,
+        node counts and the nodes the target runs on its fallback."""
+        report = ConversionReport(self.model, self.op_counts, self.optimized, self.target, self.violations)
+        return f"signature: {names.signature(self.model)}\n{report}"
 
     def check(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
               sizes: Sequence[int] = (2, 5), seed: int = 0) -> CheckResult:
@@ -80,13 +85,21 @@ class Conversion:
 def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
             output: str | os.PathLike | None = None, *, target: str | Target = "ort-cpu",
             opset: int = DEFAULT_OPSET, name: str | None = None, dynamic: bool = False, fuse: bool = True,
-            progress: Progress | None = None) -> Conversion:
+            progress: Progress | None = None, input_names: Sequence[str] | str | None = None,
+            output_names: Sequence[str] | str | None = None, inputs_as_nchw: Sequence[str] | str = (),
+            outputs_as_nchw: Sequence[str] | str = ()) -> Conversion:
     """Converts a saved model to ONNX; writes it to `output` (atomically) when given.
 
     `source` is a path (`-` for stdin), the file's bytes, a module's text (a str of several lines, as
     `Lowered.as_text()` gives it), an in-memory module, a `jax.stages.Lowered` or a `jax.export.Exported`.
     `dynamic` keeps symbolic dims (jax.export shape polymorphism) as ONNX dim_params; without it such inputs
     are rejected. `progress(done, total)` is called while ops are translated.
+
+    Inputs and outputs are named by dict keys where the function takes or returns dicts (`image`, `probs`),
+    else as jax names them (`x`, `out0`); `input_names`/`output_names` rename them all, in order (a list, or
+    one comma-separated str). `inputs_as_nchw`/`outputs_as_nchw` name (by their final names) NHWC inputs and
+    outputs to take and give as NCHW instead, with a Transpose at the boundary that the layout pass folds into
+    the convolutions where it can.
     """
     pipeline.check_opset(opset)
     timings: dict[str, float] = {}
@@ -115,6 +128,8 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
                           constants=loaded.constants)
     conversion = Conversion(result.model, loaded, result.op_counts, timings, result.optimized, result.target,
                             result.violations)
+    conversion.nchw = names.apply(result.model, input_names=input_names, output_names=output_names,
+                                  inputs_as_nchw=inputs_as_nchw, outputs_as_nchw=outputs_as_nchw)
     if output is not None:
         with timed(timings, "save"):
             conversion.save(output)

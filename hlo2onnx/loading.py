@@ -23,7 +23,7 @@ from jax.extend.mlir import ir as mlir
 from jax.extend.mlir import passmanager
 from jax.extend.mlir.dialects import chlo, stablehlo
 
-from hlo2onnx import compat
+from hlo2onnx import compat, names
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError
 from hlo2onnx.mlir_io import make_context, parse_module
 from hlo2onnx.translator import arg_name, unique_name
@@ -306,13 +306,15 @@ def match_exported_signature(model: ir.Model, exported: export.Exported, wrapped
     kept = dict(zip(exported.module_kept_var_idx, inputs))
     source_names = dict(zip(exported.module_kept_var_idx, wrapped_names))
     used = {v.name for v in inputs} | {v.name for v in graph.outputs}
-    names = _leaf_names(exported.in_tree, len(exported.in_avals))
+    leaf_names = _leaf_names(exported.in_tree, len(exported.in_avals))
+    # A dict's keys name its leaves (hlo2onnx.names), as the translator names main's arguments.
+    short = names.short_names([source_names.get(i) or leaf_names[i] for i in range(len(exported.in_avals))])
     new_inputs = []
     for i, aval in enumerate(exported.in_avals):
         stored = _stored(aval)
         value = kept.get(i) or ir.Value(type=ir.TensorType(ir.DataType.from_numpy(stored.dtype)))
         if value.name is None or (value.name.startswith("in") and value.name[2:].isdigit()):
-            value.name = unique_name(source_names.get(i) or names[i], used)
+            value.name = unique_name(short[i], used)
         value.shape = _onnx_shape(stored.shape)
         new_inputs.append(value)
     graph.inputs.clear()

@@ -26,10 +26,10 @@ from hlo2onnx.report import ConversionReport
 from hlo2onnx.targets import ORT_CPU, Target
 from hlo2onnx.translator import Translator
 
-DEFAULT_OPSET = 21
 # Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
-# (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md).
-MIN_OPSET, MAX_OPSET = 18, 26
+# (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md). Defined in hlo2onnx.defaults, which the
+# command's --help reads without loading this module.
+from hlo2onnx.defaults import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET  # noqa: E402
 # Progress is reported at most this often (seconds).
 PROGRESS_PERIOD = 0.1
 

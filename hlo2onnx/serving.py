@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Protocol, Union
+from typing import Protocol, Sequence, Union
 
 import onnx
 import onnx_ir as ir
 from google.protobuf import text_encoding
 from google.protobuf.message import DecodeError
 
-from hlo2onnx import host_calls
+from hlo2onnx import host_calls, names
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.files import PROTOBUF_LIMIT, make_temporary, save_model, weight_bytes
 
@@ -29,7 +29,7 @@ __all__ = ["write_triton_repo", "triton_config", "TRITON_TYPES", "DEFAULT_MAX_BA
            "DATA_FILE"]
 
 # The largest batch Triton's dynamic batcher forms, and clients may send, unless told otherwise.
-DEFAULT_MAX_BATCH_SIZE = 32
+from hlo2onnx.defaults import DEFAULT_MAX_BATCH_SIZE  # noqa: E402  (light: the command's --help reads it)
 # Triton's onnxruntime backend reads `<version>/model.onnx`, a file or a folder holding a file of that name.
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -61,7 +61,9 @@ Source = Union[HasModel, ir.Model, onnx.ModelProto, str, os.PathLike]
 
 def write_triton_repo(source: Source, directory: str | os.PathLike, *, name: str | None = None,
                       max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, version: int = 1,
-                      external_data: bool = False) -> str:
+                      external_data: bool = False, input_names: Sequence[str] | str | None = None,
+                      output_names: Sequence[str] | str | None = None, inputs_as_nchw: Sequence[str] | str = (),
+                      outputs_as_nchw: Sequence[str] | str = ()) -> str:
     """Writes `directory/<name>/` as a Triton model: config.pbtxt and `<version>/model.onnx`; returns its path.
 
     `source` is a `hlo2onnx.convert` result, a `mnjit(f).lower(...)` result, an onnx_ir or onnx model, or the
@@ -70,12 +72,18 @@ def write_triton_repo(source: Source, directory: str | os.PathLike, *, name: str
     and output must have the same symbolic first dim (a jax.export symbolic batch, converted with
     dynamic=True), and the config's dims leave it out. `max_batch_size=0` writes full shapes and no batching.
     Symbolic dims are -1. `external_data` puts the weights in a data file beside the model (done anyway past
-    protobuf's 2 GB limit); `<version>/model.onnx` is then a folder.
+    protobuf's 2 GB limit); `<version>/model.onnx` is then a folder. `input_names`, `output_names`,
+    `inputs_as_nchw` and `outputs_as_nchw` are hlo2onnx.convert's, applied to the written model only.
 
     A model directory of that name is replaced whole (its other versions too), and only once everything is
     written: a failure leaves the repository as it was.
     """
     model = _as_model(source)
+    if names.wanted(input_names, output_names, inputs_as_nchw, outputs_as_nchw):
+        if not isinstance(source, (str, os.PathLike, onnx.ModelProto)):  # the caller's model stays as it was
+            model = names.copy(model)
+        names.apply(model, input_names=input_names, output_names=output_names, inputs_as_nchw=inputs_as_nchw,
+                    outputs_as_nchw=outputs_as_nchw)
     name = _model_name(model, name)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise Hlo2OnnxError(f"the model version must be a positive integer, got {version!r}")

@@ -45,6 +45,7 @@ from hlo2onnx import host_calls
 from hlo2onnx import targets_iree, targets_openvino
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.provenance import SOURCE_LOC, SOURCE_OP
+from hlo2onnx.target_table import TargetTable
 from hlo2onnx.types import FLOAT8
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -142,7 +143,7 @@ def _parse(spec: str) -> frozenset[np.dtype]:
     return frozenset(DTYPES[name] for name in spec.split())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Target:
     """A runtime's op subset. `missing` maps an ONNX op to dtypes it cannot run.
 
@@ -184,6 +185,9 @@ class Target:
     # The runtime's compiler fuses a broadcast into the loop of the op that reads it (IREE): the patterns that
     # materialize broadcasts for ORT's kernels (patterns/last_axis.py) only add copies there.
     fuses_broadcasts: bool = False
+
+    def __repr__(self) -> str:  # the op and dtype tables would print ~14 KB per target
+        return f"Target({self.name!r}, runtime={self.runtime!r}, device={self.device!r})"
 
     def supports(self, op_type: str, dtype: np.dtype) -> bool:
         dtype = np.dtype(dtype)
@@ -318,7 +322,8 @@ IREE_CUDA = replace(
     description="IREE (iree-base-compiler) compiled for the NVIDIA GPU jax sees (CUDA driver only, no "
                 "onnxruntime-gpu); the iree-cpu table")
 
-TARGETS: dict[str, Target] = {t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU, IREE_CUDA)}
+TARGETS: dict[str, Target] = TargetTable({t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU,
+                                                                 IREE_CUDA)})
 
 
 def get(target: str | Target) -> Target:

@@ -17,7 +17,7 @@ import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 
 from hlo2onnx import attrs as attr_codec
-from hlo2onnx import host_calls
+from hlo2onnx import host_calls, names
 from hlo2onnx.builder import Builder
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError, UnsupportedOpError, source_line
 from hlo2onnx.graphs import all_nodes
@@ -109,7 +109,6 @@ class Translator:
         graph = ir.Graph([], [], nodes=[], opset_imports={"": self.opset}, name=graph_name)
         builder = Builder(graph, self.target)
         inputs, args = [], []
-        used_names: set[str] = set()
         constants = iter(self._constant_arguments(func, name))
         for i, arg in enumerate(block.arguments):
             if is_token(arg.type):  # ordered effects: the caller's token is a fresh one (calls run in order)
@@ -119,15 +118,20 @@ class Translator:
             if constant is not None:
                 args.append(builder.weight(constant, self._type_of(arg, "func.func")))
                 continue
-            value = ir.Value(name=unique_name(arg_name(arg, len(inputs)), used_names))
+            value = ir.Value(name=arg_name(arg, len(inputs)))
             set_type(value, self._type_of(arg, "func.func"))
             inputs.append(value)
             args.append(value)
+        used_names: set[str] = set()
+        for value, short in zip(inputs, names.short_names([v.name for v in inputs])):  # dict keys name leaves
+            value.name = unique_name(short, used_names)
         graph.inputs.extend(inputs)
         results = self.emit_block(block, args, builder)
         result_types = mlir.FunctionType(mlir.TypeAttr(func.attributes["function_type"]).value).results
-        results = [value for value, rtype in zip(results, result_types) if not is_token(rtype)]
-        graph.outputs.extend(self._graph_outputs(results, builder, used_names))
+        infos = _result_infos(func, len(result_types))
+        kept = [i for i, rtype in enumerate(result_types) if not is_token(rtype)]
+        results = [results[i] for i in kept]
+        graph.outputs.extend(self._graph_outputs(results, builder, used_names, [infos[i] for i in kept]))
         model = ir.Model(graph, ir_version=IR_VERSION, producer_name="hlo2onnx")
         model.metadata_props.update(self.metadata)
         if any(host_calls.is_host_call(node) for node in all_nodes(graph)):
@@ -171,15 +175,17 @@ class Translator:
         """A number no other emitted callback node has: equal callbacks (one function inlined twice) stay two."""
         return next(self._sites)
 
-    def _graph_outputs(self, results: list[ir.Value], b: Builder, used_names: set[str]) -> list[ir.Value]:
-        """ONNX outputs must be distinct node outputs: wrap inputs, constants and repeats in Identity."""
+    def _graph_outputs(self, results: list[ir.Value], b: Builder, used_names: set[str],
+                       infos: Sequence[str | None] = ()) -> list[ir.Value]:
+        """ONNX outputs must be distinct node outputs: wrap inputs, constants and repeats in Identity. A result
+        of a dict is named by its key (jax.result_info), others out<i>."""
         outputs: list[ir.Value] = []
         for i, value in enumerate(results):
             if value.producer() is None or value.is_initializer() or value in outputs:
                 copy = b.op("Identity", value)
                 copy.type, copy.shape = value.type, value.shape
                 value = copy
-            value.name = unique_name(f"out{i}", used_names)
+            value.name = unique_name(names.output_name(infos[i] if i < len(infos) else None, i), used_names)
             outputs.append(value)
         return outputs
 
@@ -331,6 +337,17 @@ def arg_name(arg: mlir.BlockArgument, index: int) -> str:
     if match and _IDENTIFIER.match(match.group(1)):
         return match.group(1)
     return f"in{index}"
+
+
+def _result_infos(func: mlir.Operation, count: int) -> list[str | None]:
+    """Per result of `func`, jax's path of it in the output tree (`result['probs']`), where jax recorded one."""
+    infos: list[str | None] = [None] * count
+    if "res_attrs" in func.attributes:
+        for i, attrs in enumerate(list(func.attributes["res_attrs"])[:count]):
+            attrs = mlir.DictAttr(attrs)
+            if "jax.result_info" in attrs:
+                infos[i] = mlir.StringAttr(attrs["jax.result_info"]).value
+    return infos
 
 
 def unique_name(name: str, used: set[str]) -> str:

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import threading
 import types
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
 
@@ -162,6 +163,7 @@ class MnjitFunction:
         self._lock = threading.Lock()
         self._pending: dict[Hashable, _Pending] = {}
         self.translations = 0  # how many signatures were translated (a cache miss each)
+        self._nnx_warned = False  # warned once that nnx objects' updates are dropped (checked on misses only)
         self._tiers = tiering.Tiering(tier_policy or tiering.TierPolicy(), functools.partial(
             tiering.iree_tier, opset=opset, name=getattr(fun, "__name__", "main"), make_runner=_runner_for),
             tiering.unavailable_reason()) if auto else None
@@ -401,6 +403,11 @@ class MnjitFunction:
 
     def _compile(self, args: tuple, kwargs: dict, fast: bool = False,
                  lowered: MnjitLowered | partitioned.PartitionedLowered | None = None) -> _CacheEntry:
+        if not self._nnx_warned and jit_options.holds_nnx_objects((args, kwargs)):
+            self._nnx_warned = True
+            warnings.warn(f"{self.__name__}: nnx objects (a Module, Optimizer, Rngs, Metric or Variable) among the "
+                          "arguments run as their arrays, and what the function does to them is dropped, as under "
+                          "jax.jit: use `from mnjit import nnx_jit` (nnx.jit's semantics)", stacklevel=4)
         with InterruptGuard():
             return self._compile_guarded(args, kwargs, fast, lowered)
 

@@ -14,6 +14,7 @@ import jax
 import onnx_ir as ir
 
 from hlo2onnx import Target
+from mnjit import openvino_consent
 
 if TYPE_CHECKING:
     from mnjit.ffi import FfiSession
@@ -79,6 +80,7 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
         token = jax.ShapeDtypeStruct((), bool)
         return DroppedOutputs(make_runner(target, model, in_avals, [token], session, iree_driver=iree_driver))
     if target.runtime == "openvino":
+        openvino_consent.decline_unless_decided()  # before openvino's import sends its event from a fork
         from mnjit.openvino_runner import OpenVinoRunner
 
         return OpenVinoRunner(ir.to_proto(model).SerializeToString(), in_avals, out_avals)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any, Callable, Sequence
 
 import jax
@@ -98,3 +99,15 @@ def debug_check_fails(outputs: Sequence) -> bool:
             if (nans and np.isnan(values).any()) or (infs and np.isinf(values).any()):
                 return True
     return False
+
+
+def holds_nnx_objects(tree: Any) -> bool:
+    """Whether `tree` holds flax nnx objects whose updates a jit of arrays drops (a Module, Optimizer, Rngs, Metric,
+    or a Variable outside an nnx.State, which is how nnx passes state on purpose). False without importing flax
+    where the caller never did."""
+    nnx = sys.modules.get("flax.nnx")
+    if nnx is None:
+        return False
+    stop = lambda x: isinstance(x, nnx.State) or nnx.graph.is_graph_node(x)  # noqa: E731
+    return any(not isinstance(x, nnx.State) and nnx.graph.is_graph_node(x)
+               for x in jax.tree_util.tree_leaves(tree, is_leaf=stop))

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import onnx
 import onnx_ir as ir
 
 import hlo2onnx
+from hlo2onnx import names
 from hlo2onnx.files import save_model
 from mnjit import host_callbacks, tiering
 
@@ -45,10 +46,19 @@ class MnjitLowered(TracedInfo):
     compiler: Callable[[], Compiled] | None = None  # set by MnjitFunction.lower for concrete signatures
 
     def report(self) -> str:
-        """Per StableHLO op kind, the ONNX op types it became; the fusions that fired; node counts before/after;
-        and the nodes the target runs on its fallback. Under target="auto", first the tier that serves."""
-        text = str(self.conversion)
-        return f"auto: {self.tier()}\n{text}" if self.tier is not None else text
+        """Under target="auto" first which tier serves the signature and whether that is decided; the signature
+        (the ONNX inputs and outputs, by name) and where the model runs; then per StableHLO op kind the ONNX op
+        types it became, the fusions that fired, node counts before/after, and the nodes the target runs on its
+        fallback."""
+        lines = [f"auto: {self.tier()}"] if self.tier is not None else []
+        lines.append(f"signature: {names.signature(self.model)}")
+        target = self.conversion.target if self.conversion is not None else None
+        if target is not None:
+            fallback = f", nodes it lacks on {target.fallback.name}" if target.fallback is not None else ""
+            # Under "auto" the model below is the base tier's, which serves until the line above says otherwise.
+            label = "base tier" if self.tier is not None else "runs on"
+            lines.append(f"{label}: {target.name} ({target.runtime} on {target.device}{fallback})")
+        return "\n".join(lines) + "\n" + str(self.conversion)
 
     def compile(self, compiler_options: dict | None = None) -> Compiled:
         """The signature ready to call (`compiler_options`, XLA's, are accepted as jax.jit's are)."""
@@ -88,15 +98,24 @@ class MnjitLowered(TracedInfo):
     def model_bytes(self) -> bytes:
         return self.onnx_model.SerializeToString()
 
-    def save(self, path: str | os.PathLike, external_data: str | None = None) -> None:
+    def save(self, path: str | os.PathLike, external_data: str | None = None, *,
+             input_names: Sequence[str] | str | None = None, output_names: Sequence[str] | str | None = None,
+             inputs_as_nchw: Sequence[str] | str = (), outputs_as_nchw: Sequence[str] | str = ()) -> None:
         """Writes the model to `path`, atomically: a failure leaves any existing file as it was.
 
         Weights go to the file `external_data` (a name relative to `path`'s folder) when given, and always
         when they exceed protobuf's 2 GB limit (then beside `path`, as `<name>.data`).
         A model holding Python host callbacks is refused: no runtime but mnjit's can call them.
+        `input_names`, `output_names`, `inputs_as_nchw` and `outputs_as_nchw` are hlo2onnx.convert's: they change
+        the saved file only, not the model this lowering runs.
         """
         host_callbacks.refuse_saving(self.callbacks, self.model)
-        save_model(self.model, path, external_data)
+        model = self.model
+        if names.wanted(input_names, output_names, inputs_as_nchw, outputs_as_nchw):
+            model = names.copy(model)
+            names.apply(model, input_names=input_names, output_names=output_names, inputs_as_nchw=inputs_as_nchw,
+                        outputs_as_nchw=outputs_as_nchw)
+        save_model(model, path, external_data)
 
 
 def compile_lowered(lowered: Any) -> Compiled:

@@ -129,7 +129,15 @@ class TierStatus:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.serving}: {self.reason}" if self.reason else self.serving
+        text = f"{self.serving}: {self.reason}" if self.reason else self.serving
+        if self.decided:
+            return f"{text} (decided)"
+        # Calls never wait for the compiled tier: a signature stays pending while its build or comparison runs
+        # in the background, however many calls pass meanwhile.
+        return (f"{text} (undecided: ort-cpu serves meanwhile, and calls never wait for the decision; "
+                "mnjit.settle(f, *args) does)")
+
+    __repr__ = __str__
 
 
 def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner) -> list[CompiledTier]:

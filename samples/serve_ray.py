@@ -8,6 +8,7 @@ Open Inference Protocol's JSON, as Triton and KServe speak it:
 
     curl -s 127.0.0.1:8000/v2/models/classifier/infer -d '{"inputs": [{"name": "x", "shape": [1, 16],
          "datatype": "FP32", "data": [...]}]}'
+    curl -s 127.0.0.1:8000/v2/health/ready          # also /v2/health/live, /v2/models/classifier(/ready)
 
 `@serve.batch` gathers concurrent requests into one ONNX Runtime run of at most --max-batch-size rows, made
 with mnjit's session settings (mnjit.runtime.session_options). Ray runs on this machine only (127.0.0.1, no
@@ -16,6 +17,7 @@ dashboard, --num-cpus CPUs); Ctrl-C or SIGTERM shuts it down. Needs `pip install
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -43,6 +45,49 @@ def model_file(path: str) -> str:
 
 class BadRequest(ValueError):
     pass
+
+
+def parse_body(raw: bytes) -> dict:
+    """The request's JSON object, or BadRequest saying what is wrong with the body."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"the request body is not JSON ({e}): send the Open Inference Protocol's "
+                         '{"inputs": [{"name", "shape", "datatype", "data"}, ...]}') from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def tensor_metadata(value: onnx.ValueInfoProto) -> dict:
+    """An input's or output's Open Inference Protocol metadata: -1 for a symbolic dim."""
+    dtype, dims = input_spec(value)
+    return {"name": value.name, "datatype": DATATYPE_OF.get(dtype, str(dtype)),
+            "shape": [-1 if d is None else d for d in dims]}
+
+
+def model_metadata(name: str, graph: onnx.GraphProto) -> dict:
+    """GET /v2/models/{name}: the model's name, platform, and its inputs and outputs."""
+    return {"name": name, "versions": ["1"], "platform": "onnxruntime_onnx",
+            "inputs": [tensor_metadata(v) for v in graph.input],
+            "outputs": [tensor_metadata(v) for v in graph.output]}
+
+
+def route(method: str, path: str, name: str, metadata: dict) -> tuple[int, dict] | None:
+    """The answer to a request of the Open Inference Protocol's other routes (health, metadata, readiness),
+    or None for an inference request, which the caller runs."""
+    path = path.rstrip("/")
+    model = f"/v2/models/{name}"
+    if method == "GET" and path == "/v2/health/live":
+        return 200, {"live": True}
+    if method == "GET" and path in ("/v2/health/ready", f"{model}/ready"):
+        return 200, {"ready": True}
+    if method == "GET" and path == model:
+        return 200, metadata
+    if method == "POST" and path == f"{model}/infer":
+        return None
+    return 404, {"error": f"no route {method} {path}: this server answers GET /v2/health/live, GET "
+                          f"/v2/health/ready, GET {model}, GET {model}/ready and POST {model}/infer"}
 
 
 def input_spec(value: onnx.ValueInfoProto) -> tuple[np.dtype, list[int | None]]:
@@ -105,14 +150,16 @@ class OnnxModel:
         graph = onnx.load(path, load_external_data=False).graph
         self.inputs = {i.name: input_spec(i) for i in graph.input}
         self.outputs = [o.name for o in graph.output]
+        self.metadata = model_metadata(name, graph)
         self.infer.set_max_batch_size(max_batch_size)
         self.infer.set_batch_wait_timeout_s(batch_wait_timeout_s)
 
     async def __call__(self, request: Request) -> JSONResponse:
-        if request.url.path.rstrip("/") != f"/v2/models/{self.name}/infer":  # the route's prefix is checked by Serve
-            return JSONResponse({"error": f"POST /v2/models/{self.name}/infer"}, status_code=404)
+        answer = route(request.method, request.url.path, self.name, self.metadata)
+        if answer is not None:
+            return JSONResponse(answer[1], status_code=answer[0])
         try:
-            feeds = self.parse(await request.json())
+            feeds = self.parse(parse_body(await request.body()))
         except (BadRequest, ValueError, TypeError, KeyError) as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         outputs = await self.infer(feeds)
@@ -154,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": args.port})
         app = OnnxModel.bind(os.path.abspath(path), name, args.max_batch_size, args.batch_wait_ms / 1000)
-        serve.run(app, name=name, route_prefix=f"/v2/models/{name}")
+        # The whole protocol, health routes included (/v2/health/...), goes to the one deployment.
+        serve.run(app, name=name, route_prefix="/")
         print(f"serving {name} at http://127.0.0.1:{args.port}/v2/models/{name}/infer", flush=True)
         stop.wait()
     finally:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -86,6 +87,15 @@ def test_ray_serve_sample_matches_jit(tmp_path):
             line = wait_for_line(process, "serving classifier at ", START_SECONDS, log)
             url = line.split(" at ", 1)[1].strip()
             assert url == f"http://127.0.0.1:{port}/v2/models/classifier/infer"
+            base = url.rsplit("/v2/", 1)[0]
+            for path, expected_answer in (("/v2/health/live", {"live": True}), ("/v2/health/ready", {"ready": True})):
+                with urllib.request.urlopen(base + path, timeout=60) as response:
+                    assert response.status == 200 and json.load(response) == expected_answer
+            with urllib.request.urlopen(f"{base}/v2/models/classifier", timeout=60) as response:
+                assert [t["name"] for t in json.load(response)["inputs"]] == ["x", "label"]
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(url, data=b"not json"), timeout=60)
+            assert refused.value.code == 400 and "not JSON" in json.load(refused.value)["error"]
             requests = [inputs(batch, False) for batch in BATCHES]
             with ThreadPoolExecutor(max_workers=8) as pool:  # concurrent: the replica batches them
                 answers = list(pool.map(lambda xy: infer(url, *xy), requests))
@@ -150,6 +160,31 @@ def test_a_request_the_model_cannot_run_is_refused(case, serve_ray, model_inputs
     body, message = BAD_REQUESTS[case]
     with pytest.raises(serve_ray.BadRequest, match=re.escape(message)):
         serve_ray.parse_request(body, model_inputs, 32)
+
+
+def test_health_and_metadata_routes(serve_ray):
+    graph = hlo2onnx.convert(exported(False), dynamic=True).to_proto().graph
+    metadata = serve_ray.model_metadata("classifier", graph)
+    assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]] == [
+        ("x", "FP32", [-1, 16]), ("label", "INT32", [-1])]
+    assert [t["name"] for t in metadata["outputs"]] == ["out0", "out1"]
+    assert metadata["outputs"][0]["shape"][0] == -1
+    route = serve_ray.route
+    assert route("GET", "/v2/health/live", "classifier", metadata) == (200, {"live": True})
+    assert route("GET", "/v2/health/ready/", "classifier", metadata) == (200, {"ready": True})
+    assert route("GET", "/v2/models/classifier/ready", "classifier", metadata) == (200, {"ready": True})
+    assert route("GET", "/v2/models/classifier", "classifier", metadata) == (200, metadata)
+    assert route("POST", "/v2/models/classifier/infer", "classifier", metadata) is None
+    status, answer = route("GET", "/v2/models/other", "classifier", metadata)
+    assert status == 404 and "GET /v2/health/ready" in answer["error"]
+
+
+@pytest.mark.parametrize("raw, message", [(b"not json", "the request body is not JSON (Expecting value"),
+                                          (b"\xff\xfe", "the request body is not JSON"),
+                                          (b"[1, 2]", "must be a JSON object, got list")])
+def test_a_body_that_is_not_json_is_refused_with_a_message(serve_ray, raw, message):
+    with pytest.raises(serve_ray.BadRequest, match=re.escape(message)):
+        serve_ray.parse_body(raw)
 
 
 def test_a_good_request_is_parsed(serve_ray, model_inputs):

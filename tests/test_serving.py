@@ -139,15 +139,17 @@ def test_max_batch_size_zero_writes_full_shapes(tmp_path):
 
 
 def test_names_with_quotes_round_trip(tmp_path):
-    """jax names pytree inputs `params['w1']`: the config's strings are escaped, and parse back the same."""
-    def f(x, params):
-        return x @ params["w"]
+    """Dict keys name inputs (`w`); where two would clash jax's paths do (`params['w']`): the config's strings
+    are escaped, and parse back the same."""
+    def f(x, params, other):
+        return x @ params["w"] @ other["w"]
 
     b, = export.symbolic_shape("b")
     exp = export.export(jax.jit(f))(jax.ShapeDtypeStruct((b, 3), np.float32),
-                                    {"w": jax.ShapeDtypeStruct((3, 2), np.float32)})
+                                    {"w": jax.ShapeDtypeStruct((3, 2), np.float32)},
+                                    {"w": jax.ShapeDtypeStruct((2, 2), np.float32)})
     model_dir = hlo2onnx.write_triton_repo(hlo2onnx.convert(exp, dynamic=True), tmp_path, max_batch_size=0)
-    assert [t.name for t in parse_config(model_dir).input] == ["x", "params['w']"]
+    assert [t.name for t in parse_config(model_dir).input] == ["x", "params['w']", "other['w']"]
     assert os.path.basename(model_dir) == "f"
 
 
