@@ -29,6 +29,7 @@ def decline_unless_decided() -> bool:
         return False
     written = checker.update_result(ConsentCheckResult.DECLINED)
     if written:
-        logger.info("declined OpenVINO's usage telemetry in %s (OpenVINO's opt-out; `opt_in_out --opt_in` "
+        # A warning, not info: the file outlives this process and speaks for the user (once per machine).
+        logger.warning("mnjit declined OpenVINO's usage telemetry in %s (OpenVINO's opt-out; `opt_in_out --opt_in` "
                     "enables it)", checker.consent_file())
     return written
