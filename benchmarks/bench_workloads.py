@@ -1,4 +1,4 @@
-"""The issue-12 table in one run: mnjit / jax.jit on every seed workload, with the load average beside it.
+"""The seed workloads in one run: mnjit / jax.jit on every seed workload, with the load average beside it.
 
 Workloads (steady state, the median of interleaved rounds, mnjit and jax.jit alternating):
   cfd_rollout   JAX-CFD channel flow, 12 x 25 steps on 512x128, f32 (bench_samples.cfd_case)
@@ -121,8 +121,10 @@ def _first_calls(fn, fns: dict, args, order: list[str]) -> dict[str, float]:
     return seconds
 
 
-def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int) -> dict[str, float]:
-    """mnjit on each target / jax.jit, timed in the same interleaved rounds."""
+def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int,
+            details: dict | None = None) -> dict[str, float]:
+    """mnjit on each target / jax.jit, timed in the same interleaved rounds. `details`, when given, receives the
+    times (s), first calls (s), failures and auto's decision (benchmarks/make_tables.py reads them)."""
     label, x64, make = WORKLOADS[name]
     with jax.enable_x64(x64):
         fn, args, calls = make(quick)
@@ -144,6 +146,9 @@ def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int) -
         settling = time.perf_counter() - start
         times = steady(fns, args, rounds, calls)
     ratios = {t: times[t] / times["jax.jit"] for t in targets if t in times}
+    if details is not None:
+        details.update(label=label, times=times, firsts=firsts, failed=failed, tier=tier,
+                       load=os.getloadavg()[0])
     columns = "  ".join(f"{t} {times[t] * 1e3:9.3f} ms {ratios[t]:5.2f}" if t in times else f"{t} {'failed':>17s}"
                         for t in targets)
     print(f"{label:36s} {columns}  jax.jit {times['jax.jit'] * 1e3:9.3f} ms  load {os.getloadavg()[0]:4.1f}",
