@@ -67,6 +67,15 @@ def _header(flags: str, load_before: str) -> str:
             f"load average (1/5/15 min) {load_before} at the start, {_load()} at the end.*")
 
 
+def _label(label: str, quick: bool) -> str:
+    """bench_workloads' label for the mode that ran: "FIRE x100 fori_loop f32 (--quick x10)" -> "FIRE x10 ..."."""
+    full, _, short = label.partition(" (--quick ")
+    if not quick or not short:
+        return full
+    size = short.rstrip(")")
+    return re.sub(r"\b(x\d+|\d+x\d+)\b", size, full, count=1)
+
+
 def workloads(quick: bool, targets: list[str]) -> str:
     import bench_workloads
 
@@ -75,7 +84,7 @@ def workloads(quick: bool, targets: list[str]) -> str:
     for row, name in enumerate(bench_workloads.WORKLOADS):
         details: dict = {}
         ratios = bench_workloads.measure(name, rounds, quick, targets, row, details)
-        cells = [details["label"].split(" (--quick")[0], f"{details['times']['jax.jit'] * 1e3:.2f}"]
+        cells = [_label(details["label"], quick), f"{details['times']['jax.jit'] * 1e3:.2f}"]
         for t in targets:
             if t in ratios:
                 cells.append(f"{ratios[t]:.2f}")
