@@ -4,9 +4,9 @@ How a page is read (the convention the documents follow):
 
 - A ```python block runs. A page's python blocks run in order, in one fresh interpreter, in an empty temporary
   directory, with this checkout first on the path: later blocks see earlier blocks' names and files.
-- A ```console block holds commands, each on a line starting with `$ `, and their output below it. Commands
-  that start with `hlo2onnx` (or `python -m hlo2onnx`) run in the same directory, at that point of the page;
-  any other command in a console block fails the test, so that nothing shown as runnable is skipped silently.
+- A ```console block holds commands, each on a line starting with `$ `, and their output below it. They run
+  in a shell in the same directory, at that point of the page, with this checkout's `hlo2onnx` first; every
+  command must call `hlo2onnx` (maybe after a pipe), so that nothing shown as runnable is skipped silently.
 - A ```text block right after a python block is that block's expected standard output.
 - Output is compared loosely, line by line after collapsing whitespace: numbers match within 2% relative
   or 1e-3 absolute (float rounding differs across jax versions), a line `...` matches any number of lines,
@@ -131,7 +131,7 @@ def output_matches(expected: str, actual: str) -> bool:
     return match(0, 0)
 
 
-_CLI = re.compile(r"^(hlo2onnx|python -m hlo2onnx)\b")
+_CLI = re.compile(r"(^|\|\s*)(hlo2onnx|python -m hlo2onnx)\b")
 
 
 def _console(block: Block) -> list[tuple[str, str]]:
@@ -155,10 +155,7 @@ for index, (kind, code, line) in enumerate(BLOCKS):
         if kind == "python":
             exec(compile(code, f"{page}:{{line}}", "exec"), globals())
         else:
-            command = code.replace("python -m hlo2onnx", sys.executable + " -m hlo2onnx", 1)
-            if command.startswith("hlo2onnx"):
-                command = sys.executable + " -m hlo2onnx" + command[len("hlo2onnx"):]
-            result = subprocess.run(command, shell=True, capture_output=True, text=True)
+            result = subprocess.run(code, shell=True, capture_output=True, text=True)
             sys.stdout.write(result.stdout)
             if result.returncode not in (0,):
                 sys.stdout.write(result.stderr)
@@ -183,14 +180,14 @@ def _runnable(page: Path) -> tuple[list[tuple[str, str, int]], list[tuple[str, i
             expected.append((block.code, block.line, block.expected))
         elif block.lang == "console":
             for command, out in _console(block):
-                if not _CLI.match(command):
+                if not _CLI.search(command):
                     raise AssertionError(f"{page.name}:{block.line}: a console block runs only hlo2onnx commands "
                                          f"(got {command!r}); use ```sh for instructions that are not run")
                 steps.append(("shell", command, block.line))
                 expected.append((command, block.line, out if out.strip() else None))
         elif block.lang in ("sh", "bash"):
             for line in block.code.splitlines():
-                if _CLI.match(line.strip()):
+                if _CLI.search(line.strip()):
                     raise AssertionError(f"{page.name}:{block.line}: hlo2onnx in a ```sh block is not tested: "
                                          "write it as a ```console block ($ hlo2onnx ...)")
     return steps, expected
