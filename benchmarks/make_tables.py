@@ -1,14 +1,16 @@
-"""Regenerates the benchmark tables of docs/performance.md: each table lies between `<!-- table:NAME -->` and
+"""Regenerates the measured tables of docs/performance.md and docs/precision.md: each table lies between `<!-- table:NAME -->` and
 `<!-- /table:NAME -->` and is replaced whole, never appended to, with the date, machine, load and mode it ran
 under written above it.
 
-    python benchmarks/make_tables.py [--quick] [--only workloads,models,dispatch] [--targets ort-cpu,auto]
+    python benchmarks/make_tables.py [--quick] [--only workloads,models,dispatch,precision] [--targets ort-cpu,auto]
 
 Tables:
   workloads  mnjit / jax.jit on the seed workloads, per target (bench_workloads.py)
   models     nodes, size, conversion and steady-state time: mnjit, jax2onnx (when installed), jax.jit
              (bench_models.py; jax2onnx's one-time start-up is kept out of its conversion time)
   dispatch   the cost of a tiny call (x + 1 on f32[4]) against jax.jit's (bench_device.py)
+  precision  (docs/precision.md) 10 adamw steps of flax's MNIST CNN (nnx and linen) under mnjit, jax.jit and
+             eager JAX, each against float64 (precision_adam.py; the same in both modes)
 
 --quick takes 3 rounds and shortens the CFD rollout and the FIRE loop (bench_workloads --quick): minutes, not
 the full run's half hour, and the table says so. Every ratio is measured in one process with mnjit and jax.jit
@@ -35,7 +37,7 @@ sys.path.insert(0, str(ROOT / "samples"))
 sys.path.insert(0, str(HERE))
 
 DOC = ROOT / "docs" / "performance.md"
-TABLES = ("workloads", "models", "dispatch")
+TABLES = {"workloads": DOC, "models": DOC, "dispatch": DOC, "precision": ROOT / "docs" / "precision.md"}
 
 
 def _cpu() -> str:
@@ -167,6 +169,24 @@ def dispatch(quick: bool) -> str:
                                      [["per call", f"{jit * 1e6:.1f} us", f"{ours * 1e6:.1f} us", f"{ours / jit:.2f}"]])
 
 
+def precision(quick: bool) -> str:
+    import contextlib
+    import io
+
+    import precision_adam
+
+    parts = []
+    for model in ("nnx", "linen"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            precision_adam.main(["--steps", "10", "--model", model])
+        parts.append(f"`python benchmarks/precision_adam.py --steps 10 --model {model}`:\n\n```text\n"
+                     + out.getvalue().strip("\n") + "\n```")
+    return ("flax's MNIST tutorial CNN (nnx, then linen), `adamw(0.005)`, batch 32. Gradients of one step, "
+            "relative to the float64 gradient's largest magnitude; parameters after 10 steps, the largest "
+            "absolute difference per leaf.\n\n" + "\n\n".join(parts))
+
+
 def _markdown(head: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -186,7 +206,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="3 rounds, shorter CFD rollout and FIRE loop")
     parser.add_argument("--only", default=",".join(TABLES), help="comma-separated tables: " + ",".join(TABLES))
     parser.add_argument("--targets", help="workloads' columns (default: ort-cpu, and auto where IREE is installed)")
-    parser.add_argument("--file", type=Path, default=DOC, help="the document to rewrite (default docs/performance.md)")
+    parser.add_argument("--file", type=Path, help="the document to rewrite (default: the table's own page)")
     args = parser.parse_args(argv)
     names = args.only.split(",")
     unknown = set(names) - set(TABLES)
@@ -200,14 +220,16 @@ def main(argv=None) -> None:
             body = workloads(args.quick, targets)
         elif name == "models":
             body = models(args.quick)
+        elif name == "precision":
+            body = precision(args.quick)
         else:
             body = dispatch(args.quick)
         flags = f"--only {name}" + (" --quick" if args.quick else "") + (
             f" --targets {','.join(targets)}" if name == "workloads" else "")
         block = _header(flags, load_before) + "\n\n" + body
-        text = args.file.read_text()
-        args.file.write_text(replace_block(text, name, block))  # each table as soon as it is measured
-        print(f"make_tables: wrote the {name} table to {args.file}", flush=True)
+        path = args.file or TABLES[name]
+        path.write_text(replace_block(path.read_text(), name, block))  # each table as soon as it is measured
+        print(f"make_tables: wrote the {name} table to {path}", flush=True)
 
 
 if __name__ == "__main__":
