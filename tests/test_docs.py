@@ -12,7 +12,8 @@ How a page is read (the convention the documents follow):
   or 1e-3 absolute (float rounding differs across jax versions), a line `...` matches any number of lines,
   and `...` inside a line matches any text there.
 - ```sh and ```bash blocks are instructions for your own shell (installing, make, docker, curl against a
-  server): they are not run. A ```sh block may not call `hlo2onnx`; such examples belong in ```console.
+  server): they are not run, and each must carry a skip marker (below) saying why. A ```sh block may not call
+  `hlo2onnx`; such examples belong in ```console, which runs.
 - A block that cannot run here (a GPU, a Triton server, a cluster) is preceded by the line
   `<!-- docs-test: skip REASON -->`; this test reports it as skipped with that reason.
 
@@ -180,17 +181,26 @@ def _runnable(page: Path) -> tuple[list[tuple[str, str, int]], list[tuple[str, i
             expected.append((block.code, block.line, block.expected))
         elif block.lang == "console":
             for command, out in _console(block):
-                if not _CLI.search(command):
-                    raise AssertionError(f"{page.name}:{block.line}: a console block runs only hlo2onnx commands "
-                                         f"(got {command!r}); use ```sh for instructions that are not run")
                 steps.append(("shell", command, block.line))
                 expected.append((command, block.line, out if out.strip() else None))
-        elif block.lang in ("sh", "bash"):
-            for line in block.code.splitlines():
-                if _CLI.search(line.strip()):
-                    raise AssertionError(f"{page.name}:{block.line}: hlo2onnx in a ```sh block is not tested: "
-                                         "write it as a ```console block ($ hlo2onnx ...)")
     return steps, expected
+
+
+def test_blocks_follow_the_convention():
+    """Every shell block says why it is not run; hlo2onnx examples are console blocks, which run."""
+    problems = []
+    for page in PAGES:
+        for block in blocks(page):
+            where = f"{page.relative_to(ROOT)}:{block.line}"
+            if block.lang in ("sh", "bash", "shell"):
+                if block.skip is None:
+                    problems.append(f"{where}: a shell block is not run: mark it <!-- docs-test: skip REASON -->")
+                if any(_CLI.search(line.strip()) for line in block.code.splitlines()):
+                    problems.append(f"{where}: hlo2onnx in a shell block: write it as a console block ($ hlo2onnx)")
+            if block.lang == "console" and block.skip is None:
+                problems += [f"{where}: {command!r} in a console block does not call hlo2onnx"
+                             for command, _ in _console(block) if not _CLI.search(command)]
+    assert not problems, "\n".join(problems)
 
 
 def _pages_with_code() -> list[Path]:
