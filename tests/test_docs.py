@@ -322,3 +322,18 @@ def test_output_comparison_convention():
     assert not output_matches("loss 0.5020", "loss 0.6020")
     assert not output_matches("a\nb", "a")
     assert output_matches("[[0.3825 0.2072]]", "[[0.3826 0.2072]]")
+
+
+def test_generated_tables_have_their_markers():
+    """Each table benchmarks/make_tables.py writes has its block on its page, and only those blocks exist."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import make_tables
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for name, page in make_tables.TABLES.items():
+        text = page.read_text()
+        assert text.count(f"<!-- table:{name} -->") == 1 and text.count(f"<!-- /table:{name} -->") == 1, name
+        assert make_tables.replace_block(text, name, "new").count("new\n<!-- /table:") >= 1
+    markers = {m for page in PAGES for m in re.findall(r"^<!-- table:(\w+) -->$", page.read_text(), re.M)}
+    assert markers == set(make_tables.TABLES)
