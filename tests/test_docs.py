@@ -14,6 +14,8 @@ How a page is read (the convention the documents follow):
 - ```sh and ```bash blocks are instructions for your own shell (installing, make, docker, curl against a
   server): they are not run, and each must carry a skip marker (below) saying why. A ```sh block may not call
   `hlo2onnx`; such examples belong in ```console, which runs.
+- ```text blocks elsewhere (a file tree, a config file) and blocks without a language (a function's signature)
+  are shown, not run.
 - A block that cannot run here (a GPU, a Triton server, a cluster) is preceded by the line
   `<!-- docs-test: skip REASON -->`; this test reports it as skipped with that reason.
 
