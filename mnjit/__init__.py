@@ -15,6 +15,7 @@ from hlo2onnx import compat
 compat.ort_capi()
 
 from mnjit.api import MnjitFunction, mnjit  # noqa: E402
+from mnjit.disk_cache import configure as configure_cache  # noqa: E402
 from mnjit.flax_nnx import NnxJitFunction, nnx_jit  # noqa: E402
 from mnjit.stages import Compiled, MnjitLowered  # noqa: E402
 # Top-level names for the helpers: after `from mnjit import mnjit`, the name mnjit is the function, and
@@ -23,5 +24,5 @@ from mnjit.runtime import intra_op_threads, set_intra_op_threads  # noqa: E402
 from mnjit.tiering import TierPolicy, TierStatus, settle  # noqa: E402
 
 __all__ = ["mnjit", "MnjitFunction", "MnjitLowered", "Compiled", "nnx_jit", "NnxJitFunction", "set_intra_op_threads",
-           "intra_op_threads", "settle", "TierPolicy", "TierStatus"]
+           "intra_op_threads", "settle", "TierPolicy", "TierStatus", "configure_cache"]
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
-from mnjit import device, ffi, host_callbacks, jit_options, physical, runtime, tiering, fallback as partitioned
+from mnjit import device, ffi, jit_options, persist, physical, runtime, tiering, fallback as partitioned
 from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
 
@@ -40,6 +40,12 @@ def _leaf_signature(leaf: Any) -> tuple:
 
 class _PythonPath(Exception):
     """Raised while jax.jit traces the fast path: this signature runs through mnjit's Python path."""
+
+
+class _Routed(Exception):
+    """Raised while jax.jit traces the fast path: this call runs through the Python path, where the signature's
+    compiled tier serves (target="auto", a decision read from the persistent cache); the function's other
+    signatures keep the fast path."""
 
 
 @dataclass
@@ -195,6 +201,8 @@ class MnjitFunction:
                 return self._dispatch(*args, **kwargs)
             except _PythonPath:
                 self._fast_ok = False  # this function has a signature the fast path cannot run
+            except _Routed:
+                pass
             except FloatingPointError:  # jax_debug_nans/infs: jax.jit's run names the primitive, not the ORT call
                 return self._jitted(*args, **kwargs)
             except (jax.errors.JaxRuntimeError, ValueError) as e:
@@ -217,6 +225,8 @@ class MnjitFunction:
                 lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=leaf.aval.weak_type)
                 if isinstance(leaf, core.Tracer) else leaf, (args, kwargs))
             entry = self._lookup_or_compile(key, *abstract, fast=True)
+            if entry.tier is not None and self._tiers.routed(entry.tier):
+                raise _Routed
         if entry.fast is None:
             raise _PythonPath
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fast(list(leaves)))
@@ -293,7 +303,8 @@ class MnjitFunction:
             try:
                 entry = self._compile(args, kwargs, fast, lowered)
                 if self._tiers is not None:  # queues the compiled tier's build: this call does not wait for it
-                    entry.tier = self._tiers.start(entry.lowered.traced, key[-1])
+                    entry.tier = self._tiers.start(entry.lowered.traced, key[-1],
+                                                   getattr(entry.lowered, "cache_key", None))
                 pending.entry = entry
             finally:
                 with self._lock:
@@ -382,9 +393,10 @@ class MnjitFunction:
             if self._fallback:
                 return partitioned.plan(traced, self._target, self._opset, getattr(self._fun, "__name__", "main"))
             lowered = traced.lower()
-            conversion, callbacks = host_callbacks.translate(lowered, self._target, self._opset,
-                                                             getattr(self._fun, "__name__", "main"))
-        return MnjitLowered(traced, lowered, conversion.model, conversion, callbacks)
+            # Through the persistent cache (mnjit/persist.py): read where an earlier process translated it.
+            translation = persist.translate(lowered, self._target, self._opset, getattr(self._fun, "__name__", "main"))
+        return MnjitLowered(traced, lowered, translation.conversion.model, translation.conversion,
+                            translation.callbacks, cache_key=translation.key, from_cache=translation.cached)
 
     def _lower_symbolic(self, args: tuple, kwargs: dict) -> MnjitLowered:
         """Shape-polymorphic capture: jax.export's lowering (dimension variables, shape assertions), then the

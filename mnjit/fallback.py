@@ -36,7 +36,7 @@ import onnx_ir as ir
 import hlo2onnx
 from hlo2onnx import targets as target_table
 from hlo2onnx.errors import source_line
-from mnjit import device, host_callbacks, stages
+from mnjit import device, host_callbacks, persist, stages
 from hlo2onnx.files import save_model
 
 XLA = "xla"
@@ -160,7 +160,8 @@ def plan(traced: Any, target: hlo2onnx.Target, opset: int, name: str) -> Partiti
     """Splits a traced function (jax.jit(...).trace) into partitions for `target`."""
     closed = traced.jaxpr
     try:  # the whole function first: one model, no splitting, when the target runs all of it
-        conversion, callbacks = host_callbacks.translate(traced.lower(), target, opset, name)
+        translation = persist.translate(traced.lower(), target, opset, name)  # through the persistent cache
+        conversion, callbacks = translation.conversion, translation.callbacks
     except Exception:  # any refusal: classify op by op below (the per-op reasons go in the report)
         conversion = None
     if conversion is not None:
@@ -385,7 +386,7 @@ def classify(eqn, target: hlo2onnx.Target, opset: int) -> str | None:
     single = jc.ClosedJaxpr(_jaxpr([], invars, outvars, [eqn.replace(outvars=outvars)], eqn.effects,
                                    eqn.primitive.name), [])
     try:
-        _translate(single, target, opset, eqn.primitive.name)
+        _translate(single, target, opset, eqn.primitive.name, persistent=False)  # probes: not worth a file each
         verdict = None
     except Exception as e:  # fallback's promise is that the program runs; the reason goes in the report
         # The first clause: the advice that follows is about the strict mode (run that part outside), which
@@ -405,11 +406,14 @@ def _literal_key(atom) -> tuple | None:
     return value.dtype.str, value.shape, value.tobytes()
 
 
-def _translate(closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, name: str):
+def _translate(closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, name: str, persistent: bool = True):
     args = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
     # keep_unused: the ONNX inputs must be exactly the partition's inputs, in order.
     lowered = jax.jit(jc.jaxpr_as_fun(closed), keep_unused=True).trace(*args).lower()
-    return host_callbacks.translate(lowered, target, opset, name)
+    if not persistent:
+        return host_callbacks.translate(lowered, target, opset, name)
+    translation = persist.translate(lowered, target, opset, name)  # through the persistent cache
+    return translation.conversion, translation.callbacks
 
 
 def _where(eqn) -> str | None:

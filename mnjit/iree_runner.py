@@ -35,7 +35,7 @@ from iree.compiler.ir import Context
 
 from hlo2onnx import compat
 from hlo2onnx.compat import mark_weak
-from mnjit import background
+from mnjit import background, persist
 from mnjit.iree_rewrite import for_iree
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
@@ -132,7 +132,7 @@ def runtime(driver: str = CPU.driver) -> _Runtime:
 
 def compiled(proto: onnx.ModelProto, backend: Backend = CPU) -> bytes:
     """The .vmfb of `proto` (its graph named ENTRY) for `backend`, compiled once per model content and
-    flags in this process."""
+    flags in this process, and read from mnjit's persistent cache where another process compiled it."""
     digest = hashlib.sha256(proto.SerializeToString(deterministic=True))
     digest.update("\0".join(backend.flags).encode())
     key = digest.hexdigest()
@@ -140,7 +140,11 @@ def compiled(proto: onnx.ModelProto, backend: Backend = CPU) -> bytes:
         if key in _modules:
             _modules.move_to_end(key)
             return _modules[key]
-    vmfb = compile_model(proto, backend)
+    disk_key = persist.iree_key(digest.digest())  # the persistent cache (mnjit/persist.py): other processes'
+    vmfb = persist.load_module(disk_key)
+    if vmfb is None:
+        vmfb = compile_model(proto, backend)
+        persist.store_module(disk_key, vmfb)
     with _lock:
         _modules[key] = vmfb
         while len(_modules) > _MAX_MODULES:

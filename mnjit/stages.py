@@ -44,6 +44,10 @@ class MnjitLowered(TracedInfo):
     exported: Any = None
     tier: Callable[[], tiering.TierStatus] | None = None  # target="auto": which tier serves the signature
     compiler: Callable[[], Compiled] | None = None  # set by MnjitFunction.lower for concrete signatures
+    # The key of its translation in mnjit's persistent cache (None: not stored there), and whether the
+    # translation was read from it (mnjit/persist.py).
+    cache_key: str | None = None
+    from_cache: bool = False
 
     def report(self) -> str:
         """Under target="auto" first which tier serves the signature and whether that is decided; the signature

@@ -4,14 +4,21 @@ Per signature (docs/runtime.md, Tiered execution):
 1. The first calls run on ort-cpu exactly as with `target="ort-cpu"` (its fast path included), and the
    signature's compiled tier is queued for the background worker: the jaxpr planned for iree-cpu with
    partitioned execution (what IREE refuses, while loops for one, runs on ort-cpu) and compiled.
-2. Once it is built, the next call is served by ort-cpu as before, and the worker runs the compiled tier on
-   that call's inputs and compares the results (hlo2onnx.check.compare, scaled to the outputs' magnitude).
-   A disagreement, or any error in building or running it, drops the compiled tier for that signature, with
-   the reason logged (logger "mnjit") and shown by `lower(...).report()`.
-3. Then real calls take turns on the tiers, each timed to completion (`TierPolicy.trials` timed calls each,
-   two each, the faster counting, once a call takes over `slow_call_s`), and the compiled tier keeps the
-   signature if ort-cpu's median (or best) is over `min_speedup` (1.1) times its own; otherwise ort-cpu does,
-   its fast path included.
+2. Once it is built, the next call is served by ort-cpu as before, and the worker runs the compiled tier, and
+   jax.jit's executable of the jaxpr as the referee, on that call's inputs: the compiled tier is kept when its
+   results are as close to jax.jit's as ort-cpu's are (mnjit/referee.py). A tier further off, or any error in
+   building or running it, is dropped for that signature, with the reason logged (logger "mnjit") and shown
+   by `lower(...).report()`.
+3. Then real calls take turns on the tiers, each timed to completion, in blocks of a warm-up call and two timed
+   ones (one timed call, the faster of two per tier counting, once a call takes over `slow_call_s`). A tier
+   clearly slower than the best (`clearly_slower`) leaves the turns at once. The decision comes when each
+   tier has `trials` timed calls, or once `decision_calls` calls or `decision_s` seconds of calls have passed
+   since the build was ready (each tier timed once at least): the compiled tier keeps the signature if
+   ort-cpu's median (or best) is over `min_speedup` (1.1) times its own; otherwise ort-cpu does, its fast path
+   included.
+4. Decisions (and refusals by the compiler or the referee) are stored in mnjit's persistent cache
+   (mnjit/persist.py): a later process's first call of the signature runs on the decided tier, its modules
+   read from the cache.
 
 No call waits for the compiler: the worker is one daemon thread per process (mnjit/background.py), fed by a queue of
 at most `MAX_JOBS` jobs (a signature that finds it full stays on ort-cpu, and says so). A signature that
@@ -31,12 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.extend.core as jc
 import numpy as np
 
 from hlo2onnx import targets as target_table
 from hlo2onnx.check import compare
 from hlo2onnx.types import is_typed_key
-from mnjit import background, device
+from mnjit import background, device, persist, referee
 from mnjit import fallback as partitioned
 
 logger = logging.getLogger("mnjit")
@@ -73,20 +81,31 @@ class TierPolicy:
     """
 
     build: Callable[[Any], CompiledTier | Sequence[CompiledTier]] | None = None
-    trials: int = 3  # timed calls per tier at least; more for short calls, up to max_trials or trial_budget_s
-    max_trials: int = 25
-    # Timed seconds per tier (ort-cpu and each variant), after which no more trials are made: three tiers of a
-    # 45 ms call got 3 calls each from a budget shared by all (measured: a 1.14x win at load 4.6 that ran 7%
-    # slower afterwards).
-    trial_budget_s: float = 0.25
+    trials: int = 3  # timed calls per tier that decide, unless a limit below comes first
+    # Limits from the moment the build is ready: the comparing call and the timing calls together. Past either,
+    # the decision is taken on the calls timed so far (once every tier has one).
+    decision_calls: int = 20
+    decision_s: float = 2.0
+    # A tier whose best timed call is this many times the best tier's leaves the turns (no more calls spent
+    # on it); ort-cpu always stays.
+    clearly_slower: float = 2.0
     # Once a call takes longer: two timed calls per tier, the faster of each counting (one call each let an
     # outlier decide: the CFD rollout's local-task variant timed once at 1.4 s, 0.53 s call after call).
     slow_call_s: float = 1.0
     min_speedup: float = 1.1
+    referee_k: float = referee.K  # the compiled tier may be up to k times further from jax.jit than ort-cpu
 
     def __post_init__(self):
-        if not 1 <= self.trials <= self.max_trials:
-            raise ValueError(f"TierPolicy needs 1 <= trials <= max_trials, got {self.trials} and {self.max_trials}")
+        if not 1 <= self.trials:
+            raise ValueError(f"TierPolicy needs trials >= 1, got {self.trials}")
+        if self.decision_calls < 2 or self.decision_s <= 0 or self.clearly_slower <= 1:
+            raise ValueError("TierPolicy needs decision_calls >= 2, decision_s > 0 and clearly_slower > 1")
+
+    def fingerprint(self) -> str:
+        """What of the policy a stored decision depends on (the builder is the default's: iree-cpu)."""
+        return (f"trials={self.trials};calls={self.decision_calls};s={self.decision_s:g};"
+                f"slower={self.clearly_slower:g};slow={self.slow_call_s:g};speedup={self.min_speedup:g};"
+                f"k={self.referee_k:g}")
 
 
 class Phase(enum.Enum):
@@ -114,10 +133,18 @@ class SignatureTier:
     candidates: tuple[CompiledTier, ...] = ()  # built and not dropped; one once decided
     # timing: the calls timed per tier, the candidates' in their order, then ort-cpu's
     samples: list[list[float]] = field(default_factory=list)
+    out: set[int] = field(default_factory=set)  # timing: tiers (indices into samples) left out as clearly slower
     turn: int = 0  # timing: the index (into samples) of the tier of the current block of calls
     streak: int = 0  # timing: calls made in the current block
     slow: bool = False  # timing: a call took over slow_call_s
     cancelled: bool = False
+    reference: Any = None  # jax.jit's executable of the jaxpr, for the comparison (READY to CHECKING)
+    ready_at: float = 0.0  # perf_counter when the build was ready
+    calls: int = 0  # calls since the build was ready
+    spent: float = 0.0  # seconds of timing calls
+    decided_after: tuple[float, int] | None = None  # seconds and calls from the build's readiness to the decision
+    decision_key: str | None = None  # where the decision is stored (None: not stored)
+    from_cache: bool = False  # decided in an earlier process
 
 
 @dataclass(frozen=True)
@@ -127,6 +154,10 @@ class TierStatus:
     serving: str
     decided: bool
     reason: str
+    # Seconds and calls from the compiled tier's readiness to the decision (None: not decided by timing here).
+    decision_s: float | None = None
+    decision_calls: int | None = None
+    cached: bool = False  # decided in an earlier process, read from the persistent cache
 
     def __str__(self) -> str:
         text = f"{self.serving}: {self.reason}" if self.reason else self.serving
@@ -192,6 +223,8 @@ class Tiering:
         self._build = policy.build or build
         self._unavailable = unavailable if policy.build is None else None
         self._name = "iree-cpu" if policy.build is None else "the compiled tier"  # until one is built
+        # Only the default builder's decisions are stored: a test's builder is another tier under the same name.
+        self._persist = policy.build is None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._jobs = 0  # this function's jobs queued or running
@@ -199,17 +232,53 @@ class Tiering:
         self.active = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def start(self, traced, x64: bool) -> SignatureTier:
+    def start(self, traced, x64: bool, translation_key: str | None = None) -> SignatureTier:
         """A new signature's state. Its compiled tier is built on the worker, never on this thread, and only
-        once the call that made the signature is done (`release`): the build would slow that first call."""
+        once the call that made the signature is done (`release`): the build would slow that first call. A
+        decision stored by an earlier process (under the signature's `translation_key`) is taken at once
+        instead, its compiled tier loaded here from the persistent cache."""
         sig = SignatureTier(traced, x64)
         if self._unavailable:
             sig.phase, sig.reason = Phase.BASE, self._unavailable
-        elif traced.jaxpr.effects:
+            return sig
+        if traced.jaxpr.effects:
             sig.phase, sig.reason = Phase.BASE, "the function has side effects (comparing would run them twice)"
-        else:
-            self._deferred.__dict__.setdefault("signatures", []).append(sig)
+            return sig
+        if self._persist and translation_key is not None:
+            sig.decision_key = persist.decision_key(translation_key, self.policy.fingerprint())
+            if self._recall(sig):
+                return sig
+        self._deferred.__dict__.setdefault("signatures", []).append(sig)
         return sig
+
+    def _recall(self, sig: SignatureTier) -> bool:
+        """Takes the stored decision of `sig`, if any; False where there is none or its tier cannot be loaded
+        from the cache alone (then the signature is built and judged as a new one)."""
+        decision = persist.load_decision(sig.decision_key)
+        if decision is None:
+            return False
+        note = " [decided in an earlier process: mnjit's persistent cache]"
+        if decision["serving"] == BASE:
+            sig.phase, sig.reason, sig.traced, sig.from_cache = Phase.BASE, decision.get("reason", "") + note, None, True
+            return True
+        try:
+            with persist.cached_only():  # a module missing from the cache would compile here, on the caller
+                built = self._build(sig.traced)
+        except Exception:
+            return False
+        candidates = (built,) if isinstance(built, CompiledTier) else tuple(built)
+        chosen = next((c for c in candidates if c.label == decision.get("variant")), None)
+        if chosen is None:
+            return False
+        with self._lock:
+            sig.candidates, sig.compiled, sig.from_cache = (chosen,), chosen, True
+            self._settle(sig, Phase.COMPILED, decision.get("reason", "") + note)
+        return True
+
+    def _remember(self, sig: SignatureTier, serving: str, variant: str = "") -> None:
+        """Stores a final decision taken here (by timing, the compiler or the referee) for later processes."""
+        if sig.decision_key is not None and not sig.from_cache:
+            persist.store_decision(sig.decision_key, {"serving": serving, "variant": variant, "reason": sig.reason})
 
     def release(self, result: Any) -> None:
         """After a call on this thread: queues the builds it deferred, the worker waiting first for `result`
@@ -233,6 +302,10 @@ class Tiering:
         """Blocks until this function has no background job queued or running (False: timed out)."""
         with self._idle:
             return self._idle.wait_for(lambda: self._jobs == 0, timeout)
+
+    def routed(self, sig: SignatureTier) -> bool:
+        """Whether the signature's calls must take the Python path (a compiled tier serves or is being judged)."""
+        return sig.phase in _ROUTED
 
     def _submit(self, sig: SignatureTier, step: Callable[..., None], *args) -> bool:
         def job() -> None:
@@ -264,28 +337,43 @@ class Tiering:
         try:
             built = self._build(sig.traced)
         except Exception as e:  # IREE's importer or compiler refused it, or nothing of it runs there
-            self._drop(sig, f"{self._name} could not compile it: {' '.join(str(e).split())[:300]}")
+            if self._drop(sig, f"{self._name} could not compile it: {' '.join(str(e).split())[:300]}"):
+                self._remember(sig, BASE)
             return
         candidates = (built,) if isinstance(built, CompiledTier) else tuple(built)
         if not candidates:
             self._drop(sig, f"{self._name}'s build gave no tier")
             return
+        reference = _reference(sig.traced)  # compiled now: the decision's clock starts once all is ready
         with self._lock:
             if sig.cancelled or sig.phase is not Phase.COMPILING:
                 return  # evicted meanwhile: the result is dropped here
             sig.candidates, sig.compiled, sig.phase = candidates, candidates[0], Phase.READY
             sig.samples = [[] for _ in range(len(candidates) + 1)]
-            sig.traced = None  # the plan holds what the compiled tier needs
+            sig.traced, sig.reference = None, reference  # the plan holds what the compiled tier needs
+            sig.ready_at, sig.calls = time.perf_counter(), 0
             self.active += 1
 
     def _check(self, sig: SignatureTier, leaves: list, expected: list) -> None:
-        """Compares every candidate with ort-cpu's outputs; those that disagree or fail are dropped."""
+        """Judges every candidate against jax.jit's result on the call's inputs, ort-cpu's distance from it
+        setting the bar (mnjit/referee.py); those too far off or failing are dropped. Without a reference (jax.jit
+        failed), the candidates are compared with ort-cpu's outputs at the dtypes' tolerance."""
+        reference, sig.reference = sig.reference, None  # one comparison: released after it
+        if reference is not None:
+            try:
+                reference = list(jax.block_until_ready(reference(*leaves)))
+            except Exception:
+                reference = None
         agreed, problems = [], []
         for compiled in sig.candidates:
             try:
                 actual = jax.block_until_ready(compiled.runner.run(leaves))
-                problem = _disagreement(actual, expected)
-                problem = problem and f"{compiled.label} disagreed with ort-cpu on a call: {problem}"
+                if reference is not None:
+                    problem = referee.verdict(actual, expected, reference, self.policy.referee_k)
+                    problem = problem and f"{compiled.label} disagreed with jax.jit more than ort-cpu does: {problem}"
+                else:
+                    problem = _disagreement(actual, expected)
+                    problem = problem and f"{compiled.label} disagreed with ort-cpu on a call: {problem}"
             except Exception as e:
                 problem = _failed(compiled.label, e)
             (problems if problem else agreed).append(problem or compiled)
@@ -299,14 +387,17 @@ class Tiering:
                 sig.candidates, sig.compiled, sig.phase = tuple(agreed), agreed[0], Phase.TIMING
                 sig.samples = [[] for _ in range(len(agreed) + 1)]
                 return
-        self._drop(sig, problems[0], logging.WARNING)
+        if self._drop(sig, problems[0], logging.WARNING) and "disagreed" in problems[0]:
+            self._remember(sig, BASE)
 
-    def _drop(self, sig: SignatureTier, reason: str, level: int = logging.INFO) -> None:
+    def _drop(self, sig: SignatureTier, reason: str, level: int = logging.INFO) -> bool:
+        """The compiled tier is dropped for `reason`; False if the signature was decided or evicted already."""
         with self._lock:
             if sig.cancelled or sig.phase is Phase.BASE:
-                return  # evicted, or decided already (a compiled tier that fails later is still dropped)
+                return False  # evicted, or decided already (a compiled tier that fails later is still dropped)
             self._settle(sig, Phase.BASE, reason)
         logger.log(level, "mnjit auto: the compiled tier is dropped, ort-cpu serves: %s", reason)
+        return True
 
     def _settle(self, sig: SignatureTier, phase: Phase, reason: str) -> None:
         """Under the lock: the signature's final phase; a dropped compiled tier is released."""
@@ -314,9 +405,11 @@ class Tiering:
             self.active -= 1
         elif sig.phase not in _ROUTED and phase in _ROUTED:
             self.active += 1
+        if sig.ready_at and sig.decided_after is None and phase in (Phase.BASE, Phase.COMPILED):
+            sig.decided_after = (time.perf_counter() - sig.ready_at, sig.calls)
         sig.phase, sig.reason = phase, reason
         if phase is Phase.BASE:
-            sig.compiled, sig.candidates, sig.traced = None, (), None
+            sig.compiled, sig.candidates, sig.traced, sig.reference = None, (), None, None
 
     # -- calls -----------------------------------------------------------------------------------------------
     def run(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
@@ -333,6 +426,7 @@ class Tiering:
                 claimed = sig.phase is Phase.READY
                 if claimed:
                     sig.phase = Phase.CHECKING
+                sig.calls += 1
             try:
                 outputs = run_base(leaves)
             except BaseException:
@@ -345,6 +439,9 @@ class Tiering:
                 if not self._submit(sig, self._check, held, list(outputs)):
                     self._unclaim(sig)  # the queue was full: a later call tries again
             return outputs
+        if phase is Phase.CHECKING:
+            with self._lock:
+                sig.calls += 1
         if phase is Phase.TIMING:
             return self._trial(sig, leaves, run_base)
         return run_base(leaves)
@@ -355,16 +452,17 @@ class Tiering:
                 sig.phase = Phase.READY
 
     def _trial(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
-        """A timing call. The tiers (the candidates, then ort-cpu) take turns in blocks of two calls, and only
-        the second of each block is timed: right after a switch a tier runs faster or slower than it does call
+        """A timing call. The tiers still in the turns (the candidates, then ort-cpu) take turns in blocks of a
+        warm-up call and two timed ones: right after a switch a tier runs faster or slower than it does call
         after call (measured: IREE's MLP at 6-8 ms alternating per call, 8 ms in a row), and call after call is
-        how it will serve. Once a call takes over `slow_call_s`, blocks are one call long."""
+        how it will serve. Once a call takes over `slow_call_s`, blocks are one timed call long."""
         with self._lock:
-            candidates, block = sig.candidates, 1 if sig.slow else 2
-            if sig.streak >= block:
-                sig.turn, sig.streak = (sig.turn + 1) % (len(candidates) + 1), 0
+            candidates, block = sig.candidates, 1 if sig.slow else 3
+            if sig.streak >= block or sig.turn in sig.out:
+                sig.turn, sig.streak = _next_turn(sig), 0
             sig.streak += 1
-            turn, timed = sig.turn, sig.streak == block
+            sig.calls += 1
+            turn, timed = sig.turn, sig.slow or sig.streak > 1
         if sig.phase is not Phase.TIMING or not candidates or turn > len(candidates):
             return self.run(sig, leaves, run_base)
         start = time.perf_counter()
@@ -377,28 +475,32 @@ class Tiering:
         else:
             outputs = jax.block_until_ready(run_base(leaves))
         seconds = time.perf_counter() - start
-        if timed or seconds > self.policy.slow_call_s:
-            self._record(sig, candidates, turn, seconds)
+        self._record(sig, candidates, turn, seconds, timed or seconds > self.policy.slow_call_s)
         return outputs
 
-    def _record(self, sig: SignatureTier, candidates: tuple[CompiledTier, ...], turn: int, seconds: float) -> None:
+    def _record(self, sig: SignatureTier, candidates: tuple[CompiledTier, ...], turn: int, seconds: float,
+                timed: bool) -> None:
         with self._lock:
             if sig.phase is not Phase.TIMING or sig.candidates is not candidates:
+                return
+            sig.spent += seconds
+            if not timed:
                 return
             samples = sig.samples
             samples[turn].append(seconds)
             sig.slow = sig.slow or seconds > self.policy.slow_call_s
+            self._leave_out_slower(sig)
             if not self._timed_enough(sig):
                 return
             statistic, kind = (min, "best") if sig.slow else (statistics.median, "medians")
-            typical = [statistic(times) for times in samples]
+            typical = [statistic(times) if times else float("inf") for times in samples]
             base = typical.pop()
             best = min(range(len(candidates)), key=typical.__getitem__)
             mine, name = typical[best], candidates[best].label
             times = (f"{_duration(mine)} against {_duration(base)} on ort-cpu, {kind} of "
                      f"{len(samples[best])} and {len(samples[-1])} calls")
-            others = "".join(f"; {c.label} {_duration(m)}" for i, (c, m) in enumerate(zip(candidates, typical))
-                             if i != best)
+            others = "".join(f"; {c.label} {_duration(m) if m < float('inf') else 'left out'}"
+                             for i, (c, m) in enumerate(zip(candidates, typical)) if i != best)
             margin = f"min_speedup={self.policy.min_speedup:g}"
             if base / max(mine, 1e-9) > self.policy.min_speedup:
                 verdict = "faster" if mine < base else f"slower, kept by {margin}"
@@ -411,19 +513,31 @@ class Tiering:
                 verdict = f"faster, not by {margin}" if mine < base else "slower"
                 self._settle(sig, Phase.BASE, f"{name} {verdict} ({times}{others})")
             serving, reason = (name if sig.phase is Phase.COMPILED else BASE), sig.reason
+            compiled = sig.compiled
+        self._remember(sig, compiled.name if compiled is not None else BASE, compiled.label if compiled else "")
         logger.info("mnjit auto: %s serves: %s", serving, reason)
 
+    def _leave_out_slower(self, sig: SignatureTier) -> None:
+        """Under the lock: candidates whose best call is `clearly_slower` times the best tier's best leave the
+        turns; their time is not spent again. All of them out: ort-cpu's timing decides alone."""
+        bests = {i: min(times) for i, times in enumerate(sig.samples) if times and i not in sig.out}
+        if len(bests) < 2 or any(not sig.samples[i] for i in range(len(sig.samples)) if i not in sig.out):
+            return
+        fastest = min(bests.values())
+        for i, best in bests.items():
+            if i < len(sig.samples) - 1 and best > self.policy.clearly_slower * fastest:
+                sig.out.add(i)
+
     def _timed_enough(self, sig: SignatureTier) -> bool:
-        """Whether every tier has enough timed calls: `trials` each, or two each for slow calls; short calls
-        go on (noise is larger there, and trials cheap) until `trial_budget_s` of timed calls per tier, or
-        `max_trials` per tier."""
-        counts = [len(times) for times in sig.samples]
-        if sig.slow:
-            return min(counts) >= 2
-        if min(counts) < self.policy.trials:
-            return False
-        spent = sum(map(sum, sig.samples))
-        return spent >= self.policy.trial_budget_s * len(counts) or min(counts) >= self.policy.max_trials
+        """Whether the tiers still in the turns have enough timed calls: `trials` each (two each for slow
+        calls), or one each once `decision_calls` calls or `decision_s` seconds of calls have passed since the
+        build was ready."""
+        counts = [len(times) for i, times in enumerate(sig.samples) if i not in sig.out]
+        if len(counts) == 1:  # every candidate left out
+            return True
+        if min(counts) >= (2 if sig.slow else self.policy.trials):
+            return True
+        return min(counts) >= 1 and (sig.calls >= self.policy.decision_calls or sig.spent >= self.policy.decision_s)
 
     # -- reporting -------------------------------------------------------------------------------------------
     def status(self, sig: SignatureTier | None) -> TierStatus:
@@ -437,16 +551,36 @@ class Tiering:
             name = compiled.name if compiled is not None else self._name
             timed = " and ".join(c.label for c in sig.candidates)
             detail = f" ({compiled.detail})" if compiled is not None and compiled.detail else ""
+            after = sig.decided_after or (None, None)
             if phase is Phase.COMPILED:
-                return TierStatus(name, True, f"{reason}; {compiled.detail}" if compiled.detail else reason)
+                text = f"{reason}; {compiled.detail}" if compiled.detail else reason
+                return TierStatus(name, True, text, *after, sig.from_cache)
             if phase is Phase.BASE:
-                return TierStatus(BASE, True, reason)
+                return TierStatus(BASE, True, reason, *after, sig.from_cache)
             pending = {Phase.COMPILING: f"pending: {name} compiling in the background",
-                       Phase.READY: f"{name}{detail} compiled; the next call compares it with ort-cpu",
-                       Phase.CHECKING: f"{name}{detail} being compared with ort-cpu on a call's inputs",
+                       Phase.READY: f"{name}{detail} compiled; the next call compares it with jax.jit and ort-cpu",
+                       Phase.CHECKING: f"{name}{detail} being compared with jax.jit and ort-cpu on a call's inputs",
                        Phase.TIMING: f"timing {timed}{detail} against ort-cpu "
                                      f"({' and '.join(str(len(t)) for t in samples)} calls so far)"}[phase]
             return TierStatus(BASE, False, pending)
+
+
+def _next_turn(sig: SignatureTier) -> int:
+    """The next tier in the turns after sig.turn (ort-cpu, the last, is never left out)."""
+    turn = sig.turn
+    while True:
+        turn = (turn + 1) % len(sig.samples)
+        if turn not in sig.out:
+            return turn
+
+
+def _reference(traced) -> Any:
+    """jax.jit's executable of the signature's jaxpr (the referee's reference), compiled; None if jax fails."""
+    try:
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in traced.jaxpr.in_avals]
+        return jax.jit(jc.jaxpr_as_fun(traced.jaxpr)).lower(*avals).compile()
+    except Exception:
+        return None
 
 
 def _duration(seconds: float) -> str:

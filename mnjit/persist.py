@@ -1,0 +1,217 @@
+"""What mnjit keeps in its persistent cache (mnjit/disk_cache.py), and the keys it keeps them under.
+
+Three kinds of entries:
+- `translation`: a lowering's ONNX model (and its conversion report's text) for one target and opset;
+- `iree`: an IREE module (.vmfb) compiled from one ONNX model with one set of iree-compile flags;
+- `decision`: target="auto"'s tier for one signature (which tier, which of its variants, and why).
+
+Every key is a SHA-256 over what can change the value or its timing: the StableHLO module's bytecode (with
+its source locations, which error messages and node metadata cite) and the values of its `jax.const`
+arguments (hlo2onnx/compat.py: const_args), the target, opset and options, and the environment
+(`environment()`): the versions of mnjit, jax, jaxlib, onnxruntime, onnx, onnx-ir, numpy and IREE, a
+fingerprint of mnjit's and hlo2onnx's source files (a working copy's edits change translations without a new
+version), and the CPU (its model and feature flags: iree-compile targets the host's features, and a tier
+decided on one CPU says nothing of another).
+
+Lowerings with Python host callbacks are never stored: their models name functions registered in this process.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import hashlib
+import importlib.metadata
+import json
+import platform
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+import hlo2onnx
+from hlo2onnx import compat
+from mnjit import disk_cache, host_callbacks
+
+TRANSLATION, IREE, DECISION = "translation", "iree", "decision"
+_PACKAGES = ("jax", "jaxlib", "onnxruntime", "onnx", "onnx-ir", "numpy", "ml-dtypes", "iree-base-compiler",
+             "iree-base-runtime")
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> bytes:
+    """Everything outside the module that can change a cached value, once per process (~2 ms)."""
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    import mnjit
+
+    sources = hashlib.sha256()
+    for package in (Path(mnjit.__file__).parent, Path(hlo2onnx.__file__).parent):
+        for file in sorted(package.rglob("*.py")):
+            stat = file.stat()
+            sources.update(f"{file.relative_to(package.parent)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    return json.dumps({"format": disk_cache.FORMAT, "mnjit": mnjit.__version__, "versions": versions,
+                       "sources": sources.hexdigest(), "cpu": _cpu(), "python": platform.python_version()},
+                      sort_keys=True).encode()
+
+
+def _cpu() -> str:
+    """The CPU's model and feature flags (/proc/cpuinfo's first processor; the platform elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            fields = {}
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
+        return f"{fields.get('model name', '')}|{fields.get('flags', fields.get('Features', ''))}"
+    except OSError:
+        return f"{platform.machine()}|{platform.processor()}"
+
+
+def key(*parts: bytes | str) -> str:
+    """The hex SHA-256 of the environment and `parts`, each length-prefixed (no two part lists collide)."""
+    digest = hashlib.sha256()
+    for part in (environment(), *parts):
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(struct.pack("<Q", len(data)))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def module_digest(lowered: jax.stages.Lowered) -> bytes:
+    """The SHA-256 of a lowering's StableHLO bytecode and its jax.const arguments' values."""
+    digest = hashlib.sha256(lowered.compiler_ir("stablehlo").operation.get_asm(binary=True, enable_debug_info=True))
+    for value in compat.const_args(lowered):
+        array = np.asarray(value)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.digest()
+
+
+class CachedReport(hlo2onnx.ConversionReport):
+    """The conversion report of a translation read from the cache: the text it printed when it was made."""
+
+    def __init__(self, model: ir.Model, text: str, target: hlo2onnx.Target, op_counts: dict[str, int]):
+        super().__init__(model, op_counts, None, target)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f"Translation: read from mnjit's persistent cache\n{self.text}"
+
+
+@dataclass
+class Translation:
+    """The result of `translate`: what host_callbacks.translate gives, the key it is cached under (None: not
+    cacheable), and whether it was read from the cache."""
+
+    conversion: hlo2onnx.ConversionReport
+    callbacks: host_callbacks.Registration | None
+    key: str | None
+    cached: bool
+
+
+def translate(lowered: jax.stages.Lowered, target: hlo2onnx.Target, opset: int, name: str) -> Translation:
+    """host_callbacks.translate through the persistent cache: read when stored, stored when made."""
+    store = disk_cache.current()
+    if store is None or compat.host_callbacks(lowered):
+        return Translation(*host_callbacks.translate(lowered, target, opset, name), None, False)
+    entry_key = key(TRANSLATION, module_digest(lowered), target.name, str(opset), name)
+    payload = store.get(TRANSLATION, entry_key)
+    if payload is not None:
+        try:
+            return Translation(_load_translation(payload, target), None, entry_key, True)
+        except Exception:  # valid checksum, unreadable content (a bug of the writer): rebuilt below
+            pass
+    conversion, callbacks = host_callbacks.translate(lowered, target, opset, name)
+    if callbacks is None:
+        try:
+            payload = _dump_translation(conversion)
+        except Exception:  # e.g. over protobuf's 2 GB: not stored
+            payload = None
+        if payload is not None:
+            store.put(TRANSLATION, entry_key, payload)
+    return Translation(conversion, callbacks, entry_key, False)
+
+
+def _dump_translation(conversion: hlo2onnx.ConversionReport) -> bytes:
+    meta = json.dumps({"report": str(conversion), "op_counts": conversion.op_counts}).encode()
+    return struct.pack("<Q", len(meta)) + meta + ir.to_proto(conversion.model).SerializeToString()
+
+
+def _load_translation(payload: bytes, target: hlo2onnx.Target) -> CachedReport:
+    (length,) = struct.unpack_from("<Q", payload)
+    meta = json.loads(payload[8:8 + length])
+    model = ir.from_proto(onnx.load_from_string(payload[8 + length:]))
+    return CachedReport(model, meta["report"], target, meta["op_counts"])
+
+
+_cached_only = contextvars.ContextVar("mnjit_cached_only", default=False)
+
+
+@contextlib.contextmanager
+def cached_only():
+    """Within it, a module missing from the cache raises NotCached instead of being compiled: a stored tier
+    decision loads its tier on the caller's thread only when that costs no compile."""
+    token = _cached_only.set(True)
+    try:
+        yield
+    finally:
+        _cached_only.reset(token)
+
+
+class NotCached(LookupError):
+    """A compiled module was needed under cached_only() and the cache lacks it."""
+
+
+def load_module(module_key: str) -> bytes | None:
+    """An IREE module stored under `module_key` (iree_key), or None; NotCached under cached_only()."""
+    store = disk_cache.current()
+    vmfb = None if store is None else store.get(IREE, module_key)
+    if vmfb is None and _cached_only.get():
+        raise NotCached(module_key)
+    return vmfb
+
+
+def store_module(module_key: str, vmfb: bytes) -> None:
+    store = disk_cache.current()
+    if store is not None:
+        store.put(IREE, module_key, vmfb)
+
+
+def iree_key(model_digest: bytes) -> str:
+    """The key of an IREE module, from the digest of its ONNX model and iree-compile's flags."""
+    return key(IREE, model_digest)
+
+
+def load_decision(decision_key: str) -> dict[str, Any] | None:
+    store = disk_cache.current()
+    payload = None if store is None else store.get(DECISION, decision_key)
+    if payload is None:
+        return None
+    try:
+        decision = json.loads(payload)
+        return decision if isinstance(decision, dict) and isinstance(decision.get("serving"), str) else None
+    except ValueError:
+        return None
+
+
+def store_decision(decision_key: str, decision: dict[str, Any]) -> None:
+    store = disk_cache.current()
+    if store is not None:
+        store.put(DECISION, decision_key, json.dumps(decision, sort_keys=True).encode())
+
+
+def decision_key(translation_key: str, policy: str) -> str:
+    """The key of a signature's tier decision: its ort-cpu translation's key, and the policy's thresholds."""
+    return key(DECISION, translation_key, policy)

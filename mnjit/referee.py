@@ -1,0 +1,76 @@
+"""The referee of target="auto" (mnjit/tiering.py): is a compiled tier's result as close to jax.jit's as ort-cpu's?
+
+On the comparing call the background worker runs jax.jit's executable of the signature's jaxpr once, as the
+reference, beside ort-cpu's result and each compiled candidate's. Each float output's error is measured in
+units of its dtype's tolerance (hlo2onnx.check.TOLERANCE, the absolute part scaled to the output's largest
+magnitude as `compare(scaled=True)` does): 1.0 is the edge of the tolerance. A candidate is accepted when,
+on every output, its error is at most max(1, K x ort-cpu's error).
+
+Why relative to ort-cpu: two correct implementations of a chaotic program drift apart (100 f32 FIRE steps:
+ort-cpu itself is 7.1e-5 from jax.jit, beyond any fixed tolerance), and a fixed tolerance would drop a faster
+tier for drifting as far as the tier that serves anyway. Where ort-cpu is close (the CFD step: 2.4e-7) a
+candidate 40x further is refused. K = 4 leaves room for two implementations rounding differently along a
+chaotic trajectory while refusing one whose error is of another order than ort-cpu's.
+
+Integers and bools have no tolerance: a candidate must match jax.jit exactly, or differ in no more elements
+than K x ort-cpu does. NaNs must be where the reference has them.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from hlo2onnx.check import TOLERANCE
+from hlo2onnx.types import is_typed_key
+
+K = 4.0
+
+
+def _host(value) -> np.ndarray:
+    if isinstance(value, jax.Array) and is_typed_key(value.dtype):
+        value = jax.random.key_data(value)  # typed PRNG keys: their key data
+    return np.asarray(value)
+
+
+def _inexact(dtype: np.dtype) -> bool:
+    return bool(jax.numpy.issubdtype(dtype, jax.numpy.inexact))  # bf16 and fp8 too (numpy's kind is "V")
+
+
+def error(actual, reference) -> float:
+    """`actual`'s distance from `reference`, in units of the dtype's tolerance for floats (1.0: at its edge),
+    in differing elements for integers and bools; inf for another shape or dtype, or NaNs elsewhere."""
+    a, r = _host(actual), _host(reference)
+    if a.shape != r.shape or a.dtype != r.dtype:
+        return float("inf")
+    if a.size == 0:
+        return 0.0
+    if not _inexact(a.dtype):
+        return float(np.sum(a != r))
+    rtol, atol = TOLERANCE.get(a.dtype.name, (1e-4, 1e-5))
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    a, r = a.astype(wide), r.astype(wide)
+    finite = np.abs(r[np.isfinite(r)])
+    atol *= max(1.0, float(finite.max())) if finite.size else 1.0
+    same = (a == r) | (np.isnan(a) & np.isnan(r))  # equal infinities too
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = np.abs(a - r) / (atol + rtol * np.abs(r))
+    scaled = np.where(same, 0.0, np.where(np.isnan(scaled), np.inf, scaled))
+    return float(scaled.max())
+
+
+def verdict(candidate: Sequence, base: Sequence, reference: Sequence, k: float = K) -> str | None:
+    """Why `candidate` is further from `reference` than allowed (None: accepted), `base` being ort-cpu's
+    outputs on the same inputs."""
+    if len(candidate) != len(reference):
+        return f"{len(candidate)} outputs against jax.jit's {len(reference)}"
+    for i, (c, b, r) in enumerate(zip(candidate, base, reference)):
+        mine, theirs = error(c, r), error(b, r)
+        exact = not _inexact(_host(r).dtype)
+        if mine <= (0.0 if exact else 1.0) or mine <= k * theirs:
+            continue
+        unit = "elements differ" if exact else "x the tolerance"
+        return (f"output {i}: {mine:.3g} {unit} from jax.jit, ort-cpu {theirs:.3g} (allowed: "
+                f"{'none' if exact else '1'}, or {k:g}x ort-cpu's)")
+    return None
