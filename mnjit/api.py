@@ -18,7 +18,7 @@ import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import check_opset
-from mnjit import device, ffi, jit_options, persist, physical, runtime, tiering, fallback as partitioned
+from mnjit import device, ffi, iree_tier, jit_options, persist, physical, runtime, tiering, fallback as partitioned
 from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
 
@@ -171,8 +171,8 @@ class MnjitFunction:
         self.translations = 0  # how many signatures were translated (a cache miss each)
         self._nnx_warned = False  # warned once that nnx objects' updates are dropped (checked on misses only)
         self._tiers = tiering.Tiering(tier_policy or tiering.TierPolicy(), functools.partial(
-            tiering.iree_tier, opset=opset, name=getattr(fun, "__name__", "main"), make_runner=_runner_for),
-            tiering.unavailable_reason()) if auto else None
+            iree_tier.iree_tier, opset=opset, name=getattr(fun, "__name__", "main"), make_runner=_runner_for),
+            iree_tier.unavailable_reason()) if auto else None
 
     # -- calling -----------------------------------------------------------------
     def __get__(self, instance: Any, owner: type | None = None) -> Any:

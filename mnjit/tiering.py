@@ -30,22 +30,15 @@ from __future__ import annotations
 
 import enum
 import logging
-import statistics
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.extend.core as jc
 import numpy as np
 
-from hlo2onnx import targets as target_table
-from hlo2onnx.check import compare
-from hlo2onnx.types import is_typed_key
-from mnjit import background, device, persist, referee
-from mnjit import fallback as partitioned
+from mnjit import background, device, persist, referee, tier_trials
 
 logger = logging.getLogger("mnjit")
 MAX_JOBS = background.MAX_JOBS
@@ -169,48 +162,6 @@ class TierStatus:
                 "mnjit.settle(f, *args) does)")
 
     __repr__ = __str__
-
-
-def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner) -> list[CompiledTier]:
-    """iree-cpu with partitioned execution: what IREE refuses runs on ort-cpu (or jax.jit).
-
-    Two variants, the same compiled modules on each of IREE's CPU drivers: `local-task` spreads each dispatch
-    over a worker per core; `local-sync` runs them on the calling thread, which spares a hand-off to the workers
-    and back per dispatch. Measured on the 64x64 CFD step (343 small nodes): 0.16 ms on local-sync against 0.45
-    on local-task (jax.jit 0.2), and 1.6-2x slower on the MLP and transformer block, whose matmuls use both
-    cores. The variants share the runners of the plan's other partitions (ort-cpu sessions are not duplicated).
-    """
-    target = target_table.get("iree-cpu")
-    lowered = partitioned.plan(traced, target, opset, name)
-    places = Counter(p.runs_on for p in lowered.partitions)
-    if not places[target.name]:
-        why = lowered.fell_back[0].reason if lowered.fell_back else "no partition"
-        raise RuntimeError(f"iree-cpu runs none of it ({why})")
-    others: dict[int, device.Runner] = {}  # by the partition's model
-
-    def task(part_target, model, in_avals, out_avals) -> device.Runner:
-        runner = make_runner(part_target, model, in_avals, out_avals)
-        if part_target.runtime != "iree":
-            others[id(model)] = runner
-        return runner
-
-    def sync(part_target, model, in_avals, out_avals) -> device.Runner:
-        if part_target.runtime != "iree":
-            return others[id(model)]
-        return make_runner(part_target, model, in_avals, out_avals, iree_driver="local-sync")
-
-    detail = "" if lowered.whole else "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
-    return [CompiledTier(target.name, partitioned.PartitionedRunner(lowered, make), detail, f"IREE's {driver} driver")
-            for make, driver in ((task, "local-task"), (sync, "local-sync"))]
-
-
-def unavailable_reason() -> str | None:
-    """Why iree-cpu cannot be the compiled tier on this machine (None: it can)."""
-    try:
-        device.require(target_table.get("iree-cpu"))
-    except device.TargetUnavailableError:
-        return "IREE not installed (pip install 'mnjit[iree]')"
-    return None
 
 
 class Tiering:
@@ -344,7 +295,7 @@ class Tiering:
         if not candidates:
             self._drop(sig, f"{self._name}'s build gave no tier")
             return
-        reference = _reference(sig.traced)  # compiled now: the decision's clock starts once all is ready
+        reference = referee.reference(sig.traced)  # compiled now: the decision's clock starts once all is ready
         with self._lock:
             if sig.cancelled or sig.phase is not Phase.COMPILING:
                 return  # evicted meanwhile: the result is dropped here
@@ -372,7 +323,7 @@ class Tiering:
                     problem = referee.verdict(actual, expected, reference, self.policy.referee_k)
                     problem = problem and f"{compiled.label} disagreed with jax.jit more than ort-cpu does: {problem}"
                 else:
-                    problem = _disagreement(actual, expected)
+                    problem = referee.disagreement(actual, expected)
                     problem = problem and f"{compiled.label} disagreed with ort-cpu on a call: {problem}"
             except Exception as e:
                 problem = _failed(compiled.label, e)
@@ -459,7 +410,7 @@ class Tiering:
         with self._lock:
             candidates, block = sig.candidates, 1 if sig.slow else 3
             if sig.streak >= block or sig.turn in sig.out:
-                sig.turn, sig.streak = _next_turn(sig), 0
+                sig.turn, sig.streak = tier_trials.next_turn(sig.turn, len(sig.samples), sig.out), 0
             sig.streak += 1
             sig.calls += 1
             turn, timed = sig.turn, sig.slow or sig.streak > 1
@@ -489,55 +440,23 @@ class Tiering:
             samples = sig.samples
             samples[turn].append(seconds)
             sig.slow = sig.slow or seconds > self.policy.slow_call_s
-            self._leave_out_slower(sig)
-            if not self._timed_enough(sig):
+            tier_trials.leave_out_slower(samples, sig.out, self.policy.clearly_slower)
+            over = sig.calls >= self.policy.decision_calls or sig.spent >= self.policy.decision_s
+            if not tier_trials.timed_enough(samples, sig.out, sig.slow, self.policy.trials, over):
                 return
-            statistic, kind = (min, "best") if sig.slow else (statistics.median, "medians")
-            typical = [statistic(times) if times else float("inf") for times in samples]
-            base = typical.pop()
-            best = min(range(len(candidates)), key=typical.__getitem__)
-            mine, name = typical[best], candidates[best].label
-            times = (f"{_duration(mine)} against {_duration(base)} on ort-cpu, {kind} of "
-                     f"{len(samples[best])} and {len(samples[-1])} calls")
-            others = "".join(f"; {c.label} {_duration(m) if m < float('inf') else 'left out'}"
-                             for i, (c, m) in enumerate(zip(candidates, typical)) if i != best)
-            margin = f"min_speedup={self.policy.min_speedup:g}"
-            if base / max(mine, 1e-9) > self.policy.min_speedup:
-                verdict = "faster" if mine < base else f"slower, kept by {margin}"
-                if candidates[best].variant:
-                    verdict += f" on {candidates[best].variant}"
+            best, verdict, times = tier_trials.verdict(samples, [c.label for c in candidates], sig.slow,
+                                                       self.policy.min_speedup)
+            if best is not None:
+                variant = candidates[best].variant
                 sig.candidates = (candidates[best],)  # the other variants are released
                 sig.compiled = candidates[best]
-                self._settle(sig, Phase.COMPILED, f"{verdict} ({times}{others})")
+                self._settle(sig, Phase.COMPILED, f"{verdict}{f' on {variant}' if variant else ''} {times}")
             else:
-                verdict = f"faster, not by {margin}" if mine < base else "slower"
-                self._settle(sig, Phase.BASE, f"{name} {verdict} ({times}{others})")
-            serving, reason = (name if sig.phase is Phase.COMPILED else BASE), sig.reason
+                self._settle(sig, Phase.BASE, verdict)
             compiled = sig.compiled
+            serving, reason = (compiled.label if compiled is not None else BASE), sig.reason
         self._remember(sig, compiled.name if compiled is not None else BASE, compiled.label if compiled else "")
         logger.info("mnjit auto: %s serves: %s", serving, reason)
-
-    def _leave_out_slower(self, sig: SignatureTier) -> None:
-        """Under the lock: candidates whose best call is `clearly_slower` times the best tier's best leave the
-        turns; their time is not spent again. All of them out: ort-cpu's timing decides alone."""
-        bests = {i: min(times) for i, times in enumerate(sig.samples) if times and i not in sig.out}
-        if len(bests) < 2 or any(not sig.samples[i] for i in range(len(sig.samples)) if i not in sig.out):
-            return
-        fastest = min(bests.values())
-        for i, best in bests.items():
-            if i < len(sig.samples) - 1 and best > self.policy.clearly_slower * fastest:
-                sig.out.add(i)
-
-    def _timed_enough(self, sig: SignatureTier) -> bool:
-        """Whether the tiers still in the turns have enough timed calls: `trials` each (two each for slow
-        calls), or one each once `decision_calls` calls or `decision_s` seconds of calls have passed since the
-        build was ready."""
-        counts = [len(times) for i, times in enumerate(sig.samples) if i not in sig.out]
-        if len(counts) == 1:  # every candidate left out
-            return True
-        if min(counts) >= (2 if sig.slow else self.policy.trials):
-            return True
-        return min(counts) >= 1 and (sig.calls >= self.policy.decision_calls or sig.spent >= self.policy.decision_s)
 
     # -- reporting -------------------------------------------------------------------------------------------
     def status(self, sig: SignatureTier | None) -> TierStatus:
@@ -565,43 +484,8 @@ class Tiering:
             return TierStatus(BASE, False, pending)
 
 
-def _next_turn(sig: SignatureTier) -> int:
-    """The next tier in the turns after sig.turn (ort-cpu, the last, is never left out)."""
-    turn = sig.turn
-    while True:
-        turn = (turn + 1) % len(sig.samples)
-        if turn not in sig.out:
-            return turn
-
-
-def _reference(traced) -> Any:
-    """jax.jit's executable of the signature's jaxpr (the referee's reference), compiled; None if jax fails."""
-    try:
-        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in traced.jaxpr.in_avals]
-        return jax.jit(jc.jaxpr_as_fun(traced.jaxpr)).lower(*avals).compile()
-    except Exception:
-        return None
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
-
-
 def _failed(name: str, error: Exception) -> str:
     return f"{name} failed on a call: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
-
-
-def _disagreement(actual: Sequence, expected: Sequence) -> str | None:
-    """Why two flat output lists differ beyond their dtypes' tolerance (None: they agree)."""
-    if len(actual) != len(expected):
-        return f"{len(actual)} outputs against {len(expected)}"
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        if isinstance(e, jax.Array) and is_typed_key(e.dtype):
-            a, e = jax.random.key_data(a), jax.random.key_data(e)  # typed PRNG keys: their key data
-        _, problem = compare(np.asarray(a), np.asarray(e), scaled=True)
-        if problem:
-            return f"output {i}: {problem}"
-    return None
 
 
 def settle(fun, *args, timeout: float = 300.0, **kwargs) -> TierStatus:
