@@ -444,7 +444,7 @@ class MnjitFunction:
         lowered.lowered = None
         entry = _CacheEntry(lowered, lowered.traced.out_tree, make_runner)
         session = _ffi_session(target, model, in_avals, out_avals) if fast else None
-        if session is not None and session.runs_in_jit():
+        if session is not None and persist.remembered(lowered.cache_key, "runs_in_jit", session.runs_in_jit):
             entry.fast = _FastCall(session, in_avals, out_avals)
         elif session is not None:  # too slow for the custom call: the Python path runs this same session
             entry.make_runner = functools.partial(_runner_for, target, model, in_avals, out_avals, session)

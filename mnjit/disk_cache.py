@@ -14,9 +14,10 @@ What goes in it and under which keys is mnjit/persist.py's; this module only sto
 - Any OSError on writing (a read-only folder, a full disk, a quota) disables writing for the rest of the process
   with one warning (logger "mnjit"); reads go on. Calls never fail because of the cache.
 
-Configuration, in this order: `configure(...)` (mnjit.configure_cache), the environment (MNJIT_CACHE_DIR: a
-folder, or "off" to disable; MNJIT_CACHE_MAX_BYTES), then the default: $XDG_CACHE_HOME/mnjit (~/.cache/mnjit),
-1 GiB. docs/runtime.md, Persistent cache.
+Configuration, in this order: `configure(...)` (mnjit.configure_cache), the environment (MNJIT_CACHE=off to
+disable it; MNJIT_CACHE_DIR, the folder, which also holds the fast path's compiled extension, mnjit/ffi.py;
+MNJIT_CACHE_MAX_BYTES), then the default: $XDG_CACHE_HOME/mnjit (~/.cache/mnjit), 1 GiB. Entries live in one
+subfolder per kind; the size cap counts those only. docs/runtime.md, Persistent cache.
 """
 from __future__ import annotations
 
@@ -212,10 +213,9 @@ def configure(path: str | os.PathLike | None | bool = True, max_bytes: int | Non
 
 
 def _env_path() -> str | None:
-    value = os.environ.get("MNJIT_CACHE_DIR")
-    if value is None:
-        return os.fspath(default_path())
-    return None if value.strip().lower() in _OFF else value
+    if os.environ.get("MNJIT_CACHE", "on").strip().lower() in _OFF:
+        return None
+    return os.environ.get("MNJIT_CACHE_DIR") or os.fspath(default_path())
 
 
 def _env_max_bytes() -> int:

@@ -3,7 +3,9 @@
 Three kinds of entries:
 - `translation`: a lowering's ONNX model (and its conversion report's text) for one target and opset;
 - `iree`: an IREE module (.vmfb) compiled from one ONNX model with one set of iree-compile flags;
-- `decision`: target="auto"'s tier for one signature (which tier, which of its variants, and why).
+- `decision`: target="auto"'s tier for one signature (which tier, which of its variants, and why);
+- `fact`: a yes-or-no measured on one translation's model (whether its ORT run is short enough for the fast
+  path's custom call: a probe run of the whole model, saved on a warm first call).
 
 Every key is a SHA-256 over what can change the value or its timing: the StableHLO module's bytecode (with
 its source locations, which error messages and node metadata cite) and the values of its `jax.const`
@@ -21,13 +23,14 @@ import contextlib
 import contextvars
 import functools
 import hashlib
-import importlib.metadata
+import importlib.util
 import json
+import os
 import platform
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -38,30 +41,44 @@ import hlo2onnx
 from hlo2onnx import compat
 from mnjit import disk_cache, host_callbacks
 
-TRANSLATION, IREE, DECISION = "translation", "iree", "decision"
-_PACKAGES = ("jax", "jaxlib", "onnxruntime", "onnx", "onnx-ir", "numpy", "ml-dtypes", "iree-base-compiler",
-             "iree-base-runtime")
+TRANSLATION, IREE, DECISION, FACT = "translation", "iree", "decision", "fact"
 
 
 @functools.lru_cache(maxsize=1)
 def environment() -> bytes:
-    """Everything outside the module that can change a cached value, once per process (~2 ms)."""
-    versions = {}
-    for name in _PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+    """Everything outside the module that can change a cached value, once per process (a few ms: module
+    attributes and stat calls; importlib.metadata took 11 ms for jax's version alone)."""
+    import jaxlib
+    import ml_dtypes
+    import onnxruntime
+
     import mnjit
 
+    versions = {module.__name__: module.__version__ for module in (jax, jaxlib, onnxruntime, onnx, ir, np, ml_dtypes)}
     sources = hashlib.sha256()
-    for package in (Path(mnjit.__file__).parent, Path(hlo2onnx.__file__).parent):
-        for file in sorted(package.rglob("*.py")):
-            stat = file.stat()
-            sources.update(f"{file.relative_to(package.parent)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    for package in (os.path.dirname(mnjit.__file__), os.path.dirname(hlo2onnx.__file__)):
+        for folder, dirs, files in os.walk(package):  # os.walk: a third of Path.rglob's time
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    stat = os.stat(os.path.join(folder, name))
+                    sources.update(f"{folder[len(package):]}/{name}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return json.dumps({"format": disk_cache.FORMAT, "mnjit": mnjit.__version__, "versions": versions,
-                       "sources": sources.hexdigest(), "cpu": _cpu(), "python": platform.python_version()},
-                      sort_keys=True).encode()
+                       "iree": _iree_versions(), "sources": sources.hexdigest(), "cpu": _cpu(),
+                       "python": platform.python_version()}, sort_keys=True).encode()
+
+
+def _iree_versions() -> str:
+    """IREE's compiler and runtime versions, read from their version.py files without importing IREE."""
+    spec = importlib.util.find_spec("iree")
+    texts = []
+    for part in ("compiler", "runtime"):
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            try:
+                texts.append(Path(folder, part, "version.py").read_text())
+            except OSError:
+                pass
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()
 
 
 def _cpu() -> str:
@@ -215,3 +232,17 @@ def store_decision(decision_key: str, decision: dict[str, Any]) -> None:
 def decision_key(translation_key: str, policy: str) -> str:
     """The key of a signature's tier decision: its ort-cpu translation's key, and the policy's thresholds."""
     return key(DECISION, translation_key, policy)
+
+
+def remembered(translation_key: str | None, fact: str, measure: Callable[[], bool]) -> bool:
+    """`measure()`, stored under the translation's key and `fact`, or read where an earlier process stored it."""
+    store = disk_cache.current()
+    if store is None or translation_key is None:
+        return measure()
+    fact_key = key(FACT, translation_key, fact)
+    stored = store.get(FACT, fact_key)
+    if stored in (b"0", b"1"):
+        return stored == b"1"
+    value = bool(measure())
+    store.put(FACT, fact_key, b"1" if value else b"0")
+    return value

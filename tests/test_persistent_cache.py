@@ -43,13 +43,15 @@ def cache(tmp_path):
     mnjit_package.configure_cache(True)  # back to the environment's: off (conftest.py)
 
 
-def _entries(path: Path, kind: str = "*") -> list[Path]:
+def _entries(path: Path, kind: str = persist.TRANSLATION) -> list[Path]:
     return sorted(path.glob(f"{kind}/*.bin"))
 
 
-def _run(code: str, cache_dir: Path, timeout: float = 300) -> subprocess.Popen:
-    env = {**os.environ, "MNJIT_CACHE_DIR": str(cache_dir), "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
+def _run(code: str, cache_dir: Path) -> subprocess.Popen:
+    # The folder by configure_cache: MNJIT_CACHE_DIR would also move the fast path's extension (a rebuild).
+    code = f"import mnjit\nmnjit.configure_cache({str(cache_dir)!r})\n" + textwrap.dedent(code)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -84,7 +86,7 @@ def test_const_args_are_in_the_key(cache):
 
 
 def test_disabled_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setenv("MNJIT_CACHE_DIR", "off")
+    monkeypatch.setenv("MNJIT_CACHE", "off")
     mnjit_package.configure_cache(True)
     assert disk_cache.current() is None
     mnjit_package.configure_cache(tmp_path / "c")
@@ -96,7 +98,8 @@ def test_disabled_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_default_location_follows_xdg(monkeypatch, tmp_path):
-    monkeypatch.delenv("MNJIT_CACHE_DIR")
+    monkeypatch.delenv("MNJIT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("MNJIT_CACHE", "on")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert disk_cache.current().path == tmp_path / "mnjit"
     monkeypatch.setenv("MNJIT_CACHE_DIR", str(tmp_path / "elsewhere"))
@@ -207,8 +210,8 @@ def test_two_processes_fill_one_cache_at_once(tmp_path):
     cache = tmp_path / "shared"
     processes = [_run(code, cache) for _ in range(2)]
     assert all(_finish(p)["ok"] for p in processes)
-    entries = _entries(cache)
-    assert len(entries) == 6  # one per program: both wrote each, the last rename won
+    assert len(_entries(cache)) == 6  # one translation per program: both wrote each, the last rename won
+    entries = _entries(cache, "*")
     store = disk_cache.Store(cache)
     assert all(store.get(e.parent.name, e.stem) is not None for e in entries)  # every entry whole and valid
     assert not list(cache.rglob(".tmp-*"))
