@@ -15,7 +15,9 @@ other than ort-cpu and auto run with fallback=True: what they refuse (IREE: whil
 float Pow and trigonometry...) runs on ort-cpu through the partitioner; a target that fails a workload is
 reported on its row and left out of its geomean. The auto column (mnjit/tiering.py) is timed once its tier is
 decided (`tiering.settle`: the background compile, the comparison, the timing calls); the row says which tier
-it ended on and how long deciding took. Columns run in the order given within each round, and ORT runs 3-15%
+it ended on, and how long deciding took from the build's readiness (seconds and calls). "auto before the
+decision" is auto / jax.jit timed right after auto's first call, while its compiled tier builds in the
+background: what the first calls get. Columns run in the order given within each round, and ORT runs 3-15%
 slower right after iree-cpu's calls than after jax.jit's (measured on the MLP and CNN, two ort-cpu columns
 around an iree-cpu one), so auto comes before iree-cpu. First calls (trace, translate, first run) of ort-cpu
 and auto are timed too, each on a fresh wrapper of the function (jax caches traces per function), after a
@@ -46,6 +48,7 @@ import bench_models  # noqa: E402
 import bench_samples  # noqa: E402
 from bench_mnist import first_call, steady  # noqa: E402  one timing method for every benchmark
 
+import mnjit as mnjit_package  # noqa: E402
 from mnjit import mnjit, tiering  # noqa: E402
 
 
@@ -106,18 +109,22 @@ def _fresh(fn):
     return lambda *args: fn(*args)
 
 
-def _first_calls(fn, fns: dict, args, order: list[str]) -> dict[str, float]:
+def _first_calls(fn, fns: dict, args, order: list[str], rounds: int, calls: int) -> dict:
     """Seconds of each first call, in `order`, after a first call of another wrapper of `fn` has traced
-    the jitted functions it calls (jax-md's, for one): the process is warm for each. auto's background
-    build runs out before the next one starts, so that it does not slow another column's first call."""
+    the jitted functions it calls (jax-md's, for one): the process is warm for each. Right after auto's first
+    call, auto and jax.jit are timed in interleaved rounds while auto's compiled tier builds ("before": what
+    the first calls get); then the build runs out before the next first call, so that it does not slow it."""
     jax.block_until_ready(mnjit(_fresh(fn))(*args))
     seconds = {}
     for t in order:
         seconds[t] = first_call(fns[t], *args)
         if t == "auto":
-            start = time.perf_counter()
+            built = time.perf_counter()
+            before = steady({"auto": fns["auto"], "jax.jit": fns["jax.jit"]}, args, rounds, calls)
+            seconds["before"] = before["auto"] / before["jax.jit"]
+            seconds["before status"] = fns["auto"].tier_status(*args)
             fns[t].wait_for_tiering()
-            seconds["auto build"] = time.perf_counter() - start
+            seconds["auto build"] = time.perf_counter() - built
     return seconds
 
 
@@ -130,8 +137,10 @@ def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int,
         fn, args, calls = make(quick)
         fns = {t: mnjit(_fresh(fn), target=t, fallback=t not in ("ort-cpu", "auto")) for t in targets}
         fns["jax.jit"] = jax.jit(fn)
+        jax.block_until_ready(fns["jax.jit"](*args))
         timed = [t for t in ("ort-cpu", "auto") if t in targets]
-        firsts = _first_calls(fn, fns, args, timed if row % 2 == 0 else timed[::-1]) if timed else {}
+        firsts = _first_calls(fn, fns, args, timed if row % 2 == 0 else timed[::-1], max(1, rounds // 2),
+                              calls) if timed else {}
         failed = {}
         for t, f in list(fns.items()):  # first calls: trace, convert or compile, and warm up
             try:
@@ -156,15 +165,21 @@ def measure(name: str, rounds: int, quick: bool, targets: list[str], row: int,
     for t, reason in failed.items():
         print(f"{'':36s} {t} failed: {reason}")
     if firsts:
-        print(f"{'':36s} first call: " + "  ".join(f"{t} {s:6.2f} s" for t, s in firsts.items() if t in fns))
+        print(f"{'':36s} first call: " + "  ".join(f"{t} {firsts[t]:6.2f} s" for t in timed if t in fns))
     if tier is not None:
-        print(f"{'':36s} auto: built {firsts['auto build']:.1f} s after its first call, decided in "
-              f"{settling:.1f} s more: {tier}", flush=True)
+        decided = (f"{tier.decision_s:.2f} s and {tier.decision_calls} calls after the build was ready"
+                   if tier.decision_s is not None else f"{settling:.1f} s after the build")
+        was = firsts["before status"]
+        print(f"{'':36s} auto before the decision {firsts['before']:5.2f} ({'undecided' if not was.decided else 'decided'}"
+              f" after those rounds); built {firsts['auto build']:.1f} s after its first call; decided "
+              f"{decided}: {tier}", flush=True)
+        ratios["auto before"] = firsts["before"]
+        ratios["decision s"] = tier.decision_s
     return ratios
 
 
 def _geomean(ratios: dict[str, dict[str, float]], target: str) -> str:
-    logs = [math.log(row[target]) for row in ratios.values() if target in row]
+    logs = [math.log(row[target]) for row in ratios.values() if row.get(target)]
     missing = f" (over {len(logs)})" if len(logs) < len(ratios) else ""
     return f"{target} {math.exp(sum(logs) / len(logs)):5.2f}{missing}" if logs else f"{target} -"
 
@@ -179,14 +194,19 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--only", help="comma-separated workload names: " + ",".join(WORKLOADS))
     parser.add_argument("--targets", default=_default_targets(), help="comma-separated mnjit targets, one column each")
+    parser.add_argument("--persistent-cache", action="store_true",
+                        help="keep mnjit's persistent cache on (off by default here: first calls and decisions are "
+                             "measured cold; benchmarks/bench_warm_start.py measures warm ones)")
     args = parser.parse_args(argv)
+    if not args.persistent_cache:
+        mnjit_package.configure_cache(False)
     names = args.only.split(",") if args.only else list(WORKLOADS)
     targets = args.targets.split(",")
     rounds = args.rounds or (3 if args.quick else 7)
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()}; "
           f"median of {rounds} interleaved rounds; ratio = mnjit / jax.jit (< 1: mnjit faster)", flush=True)
     ratios = {name: measure(name, rounds, args.quick, targets, row) for row, name in enumerate(names)}
-    geomeans = "  ".join(_geomean(ratios, t) for t in targets)
+    geomeans = "  ".join(_geomean(ratios, t) for t in targets + (["auto before"] if "auto" in targets else []))
     print(f"{'geomean of ' + str(len(ratios)) + ' workloads':36s} {geomeans}  load {os.getloadavg()}")
 
 

@@ -12,8 +12,8 @@ Per signature (docs/runtime.md, Tiered execution):
 3. Then real calls take turns on the tiers, each timed to completion, in blocks of a warm-up call and two timed
    ones (one timed call, the faster of two per tier counting, once a call takes over `slow_call_s`). A tier
    clearly slower than the best (`clearly_slower`) leaves the turns at once. The decision comes when each
-   tier has `trials` timed calls, or once `decision_calls` calls or `decision_s` seconds of calls have passed
-   since the build was ready (each tier timed once at least): the compiled tier keeps the signature if
+   tier has `trials` timed calls, or once `decision_calls` calls or `decision_s` seconds have passed since
+   the build was ready (each tier timed once at least): the compiled tier keeps the signature if
    ort-cpu's median (or best) is over `min_speedup` (1.1) times its own; otherwise ort-cpu does, its fast path
    included.
 4. Decisions (and refusals by the compiler or the referee) are stored in mnjit's persistent cache
@@ -134,7 +134,6 @@ class SignatureTier:
     reference: Any = None  # jax.jit's executable of the jaxpr, for the comparison (READY to CHECKING)
     ready_at: float = 0.0  # perf_counter when the build was ready
     calls: int = 0  # calls since the build was ready
-    spent: float = 0.0  # seconds of timing calls
     decided_after: tuple[float, int] | None = None  # seconds and calls from the build's readiness to the decision
     decision_key: str | None = None  # where the decision is stored (None: not stored)
     from_cache: bool = False  # decided in an earlier process
@@ -434,14 +433,16 @@ class Tiering:
         with self._lock:
             if sig.phase is not Phase.TIMING or sig.candidates is not candidates:
                 return
-            sig.spent += seconds
             if not timed:
                 return
             samples = sig.samples
             samples[turn].append(seconds)
             sig.slow = sig.slow or seconds > self.policy.slow_call_s
             tier_trials.leave_out_slower(samples, sig.out, self.policy.clearly_slower)
-            over = sig.calls >= self.policy.decision_calls or sig.spent >= self.policy.decision_s
+            # The limits count from the build's readiness: the comparison's time (on the worker) and calls made
+            # meanwhile included, as a caller waiting for the decision sees it.
+            over = (sig.calls >= self.policy.decision_calls
+                    or time.perf_counter() - sig.ready_at >= self.policy.decision_s)
             if not tier_trials.timed_enough(samples, sig.out, sig.slow, self.policy.trials, over):
                 return
             best, verdict, times = tier_trials.verdict(samples, [c.label for c in candidates], sig.slow,

@@ -145,6 +145,24 @@ def test_slower_tier_is_not_kept():
     assert fake.runs == runs
 
 
+@pytest.mark.parametrize("limit", ["calls", "seconds"])
+def test_decision_within_limits(limit):
+    """Once the build is ready, the decision takes at most decision_calls calls or decision_s seconds (more trials
+    asked for than fit in either), on the calls timed so far."""
+    fake = _Fake(delay=0.01)
+    policy = {"trials": 50, "min_speedup": 0, "clearly_slower": 1e9}  # no tier leaves the turns
+    policy.update({"decision_calls": 12} if limit == "calls" else {"decision_s": 0.3, "decision_calls": 1000})
+    f = _auto(_mlp, fake, **policy)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    status = tiering.settle(f, x, w)
+    assert status.decided and status.serving == "fake", status
+    if limit == "calls":
+        assert status.decision_calls == 12, status
+    else:
+        assert 0.3 <= status.decision_s < 0.3 + 0.2, status  # ends with the call under way (10 ms of sleep)
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
+
+
 def test_fastest_variant_serves():
     slow, fast = _Fake(delay=0.01), _Fake()
     f = _auto(_mlp, _Variants(slow=slow, fast=fast), min_speedup=0)
