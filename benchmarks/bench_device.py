@@ -1,7 +1,8 @@
 """The device layer against jax.jit, side by side in one run: tiny-call dispatch, then first-call and
 steady-state ratios per target for the MLP, the CNN and the transformer block.
 
-    python benchmarks/bench_device.py [--rounds 7] [--targets ort-cpu,openvino-cpu] [--models mlp,cnn,fire]
+    python benchmarks/bench_device.py [--rounds 7] [--targets ort-cpu,auto,openvino-cpu] [--models mlp,cnn,fire]
+                                      [--tiny-only]
 
 Every ratio is mnjit / jax.jit measured in the same process with interleaved rounds (medians), so both
 share the machine's noise; the load average is printed beside them. A target whose runtime or device is
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hlo2onnx  # noqa: E402
 from bench_models import BUILDERS  # noqa: E402  the same models as bench_models
-from mnjit import mnjit  # noqa: E402
+from mnjit import mnjit, tiering  # noqa: E402
 from mnjit.device import TargetUnavailableError  # noqa: E402
 
 
@@ -49,6 +50,7 @@ def tiny_dispatch(targets: list[str], rounds: int) -> None:
         fns[name] = mnjit(lambda v: v + 1, target=name)
     for fn in fns.values():
         jax.block_until_ready(fn(x))
+    decided = {name: tiering.settle(fns[name], x) for name in targets if name == "auto"}  # its steady state
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -58,7 +60,8 @@ def tiny_dispatch(targets: list[str], rounds: int) -> None:
     print(f"  jax.jit        {jit * 1e6:8.2f} us")
     for name in targets:
         ours = statistics.median(times[name])
-        print(f"  mnjit {name:<12} {ours * 1e6:8.2f} us   ratio {ours / jit:5.2f}   (goal <= 2.0)")
+        tier = f"   (on {decided[name].serving})" if name in decided else ""
+        print(f"  mnjit {name:<12} {ours * 1e6:8.2f} us   ratio {ours / jit:5.2f}   (goal <= 2.0){tier}")
 
 
 def _first_call(make, args) -> float:
@@ -105,7 +108,8 @@ def models(targets: list[str], rounds: int, names: list[str]) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--targets", default=",".join(hlo2onnx.TARGETS))
+    parser.add_argument("--targets", default=",".join(["auto", *hlo2onnx.TARGETS]), help="mnjit targets (and auto)")
+    parser.add_argument("--tiny-only", action="store_true", help="the tiny call only, no models")
     # fire: the JAX-MD FIRE step (f32, N=1000), f32 elementwise-heavy work; needs the `samples` extra.
     parser.add_argument("--models", default="mlp,cnn,transformer,fire")
     args = parser.parse_args(argv)
@@ -118,6 +122,8 @@ def main(argv=None) -> None:
             print(f"{name}: unavailable here: {e}")
     print(f"jax {jax.__version__}, devices {jax.devices()}")
     tiny_dispatch(available, args.rounds)
+    if args.tiny_only:
+        return
     names = args.models.split(",")
     if "fire" in names and importlib.util.find_spec("jax_md") is None:
         print("fire: skipped, jax-md is not installed (pip install 'mnjit[samples]')")

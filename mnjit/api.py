@@ -183,16 +183,23 @@ class MnjitFunction:
         return self  # as a Python function's (jax.jit's copy shares its function and cache); locks do not copy
 
     def __call__(self, *args, **kwargs):
-        if jax.config.jax_disable_jit:  # as jax.jit's: the function runs op by op (print, pdb, concrete values)
+        if compat.disable_jit_state.value:  # as jax.jit's: the function runs op by op (print, pdb, concrete values)
             return self._fun(*args, **kwargs)
         if self._tiers is None:
             return self._call(args, kwargs)
+        return self._call_auto(args, kwargs)
+
+    def _call_auto(self, args: tuple, kwargs: dict):
+        """target="auto": a new signature's build starts after its first call (Tiering.release). Only a call
+        that translated has one to start (an int compare per call: the release reads thread-local state)."""
+        translated = self.translations
         result = None
         try:
             result = self._call(args, kwargs)
             return result
         finally:
-            self._tiers.release(result)  # target="auto": a new signature's build starts after its first call
+            if self.translations != translated:
+                self._tiers.release(result)
 
     def _call(self, args: tuple, kwargs: dict):
         # Under target="auto", a signature that runs or tries its compiled tier needs the Python path.
@@ -351,6 +358,8 @@ class MnjitFunction:
 
     def _compiled(self, lowered, key: Hashable, lowered_args: tuple, kwargs: dict) -> Compiled:
         self._lookup_or_compile(key, lowered_args, kwargs, fast=self._fast_ok, lowered=lowered)  # cached now
+        if self._tiers is not None:
+            self._tiers.release(None)  # the signature's compiled tier builds from now
         positions = jit_options.resolve_argnums(self._static_argnums, len(lowered_args))
         static_kwargs = {k: kwargs[k] for k in self._static_argnames if k in kwargs}
 
@@ -367,7 +376,7 @@ class MnjitFunction:
             except _TracerSeen:  # under a transformation: as the function itself (jax.jit's behaviour)
                 other = key
             if other == key:
-                return self._call(args, kwargs)
+                return self._call(args, kwargs) if self._tiers is None else self._call_auto(args, kwargs)
             if jit_options.call_types(other) != jit_options.call_types(key):
                 raise TypeError(f"{self.__name__} was compiled for {jit_options.describe(key)} and called with "
                                 f"{jit_options.describe(other)}")
