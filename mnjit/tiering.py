@@ -440,9 +440,10 @@ class Tiering:
             sig.slow = sig.slow or seconds > self.policy.slow_call_s
             tier_trials.leave_out_slower(samples, sig.out, self.policy.clearly_slower)
             # The limits count from the build's readiness: the comparison's time (on the worker) and calls made
-            # meanwhile included, as a caller waiting for the decision sees it.
+            # meanwhile included, as a caller waiting for the decision sees it. A next call about as long as this
+            # one would pass the time limit: decided now.
             over = (sig.calls >= self.policy.decision_calls
-                    or time.perf_counter() - sig.ready_at >= self.policy.decision_s)
+                    or time.perf_counter() - sig.ready_at + seconds >= self.policy.decision_s)
             if not tier_trials.timed_enough(samples, sig.out, sig.slow, self.policy.trials, over):
                 return
             best, verdict, times = tier_trials.verdict(samples, [c.label for c in candidates], sig.slow,
