@@ -159,7 +159,8 @@ def test_decision_within_limits(limit):
     if limit == "calls":
         assert status.decision_calls == 12, status
     else:
-        assert 0.3 <= status.decision_s < 0.3 + 0.2, status  # ends with the call under way (10 ms of sleep)
+        # Decided once a next call (10 ms of sleep) would pass the limit, or by the call under way.
+        assert 0.25 <= status.decision_s < 0.3 + 0.2, status
     assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)
 
 
