@@ -221,7 +221,7 @@ class Tiering:
         if chosen is None:
             return False
         with self._lock:
-            sig.candidates, sig.compiled, sig.from_cache = (chosen,), chosen, True
+            sig.candidates, sig.compiled, sig.from_cache, sig.traced = (chosen,), chosen, True, None
             self._settle(sig, Phase.COMPILED, decision.get("reason", "") + note)
         return True
 
