@@ -28,6 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hlo2onnx  # noqa: E402
 from bench_models import BUILDERS  # noqa: E402  the same models as bench_models
 from mnjit import mnjit, tiering  # noqa: E402
+import mnjit as mnjit_package  # noqa: E402
+
+mnjit_package.configure_cache(False)  # first calls measured cold: mnjit's persistent cache off (bench_warm_start.py: warm)
 from mnjit.device import TargetUnavailableError  # noqa: E402
 
 

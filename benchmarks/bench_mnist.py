@@ -19,6 +19,9 @@ from jax.example_libraries import optimizers, stax
 from jax.example_libraries.stax import Dense, LogSoftmax, Relu
 
 from mnjit import mnjit
+import mnjit as mnjit_package  # noqa: E402
+
+mnjit_package.configure_cache(False)  # first calls measured cold: mnjit's persistent cache off (bench_warm_start.py: warm)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "samples"))
 

@@ -325,6 +325,9 @@ def print_table(key: str, model: Model, columns: dict[str, Column]) -> None:
 
 
 def main(argv=None) -> None:
+    import mnjit
+
+    mnjit.configure_cache(False)  # conversion times measured cold: mnjit's persistent cache off
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--models", default=",".join(BUILDERS), help=f"comma-separated subset of {list(BUILDERS)}")

@@ -38,6 +38,9 @@ CHILD = """
 import json, resource
 import numpy as np, jax, jax.numpy as jnp
 from mnjit import mnjit
+import mnjit as mnjit_package  # noqa: E402
+
+mnjit_package.configure_cache(False)  # first calls measured cold: mnjit's persistent cache off (bench_warm_start.py: warm)
 
 def make(n, seed=0):
     # Random values: a constant of equal elements is lowered as a splat (the "ones" variant).
