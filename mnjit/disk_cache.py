@@ -114,7 +114,10 @@ class Store:
         entries = []
         for folder in _folders(self.path):
             for entry in _scan(folder):
-                if not entry.is_file(follow_symlinks=False):
+                # Entries and temporary files of unfinished writes only: the folder may hold others' files
+                # (the fast path's extension builds in a temporary folder beside the entries).
+                if not entry.is_file(follow_symlinks=False) or not (
+                        entry.name.endswith(".bin") or entry.name.startswith(".tmp-") and entry.name.endswith(".part")):
                     continue
                 try:
                     stat = entry.stat()
