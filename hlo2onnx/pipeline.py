@@ -63,8 +63,8 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     Raises TargetError when a strict target cannot run the result.
     """
     if not isinstance(module, mlir.Module):  # else an AttributeError deep inside ('str' has no 'context')
-        raise TypeError(f"expected a StableHLO mlir.Module (jax.jit(f).lower(*args).compiler_ir('stablehlo')), got "
-                        f"{type(module).__name__}; hlo2onnx.convert takes text, files and jax's Lowered")
+        raise TypeError(f"expected a StableHLO mlir.Module or a jax.stages.Lowered (jax.jit(f).lower(*args)), got "
+                        f"{type(module).__name__}; hlo2onnx.convert takes text, files and jax.export artifacts")
     if not isinstance(name, str):  # else accepted here and refused by onnx_ir only when the model is saved
         raise TypeError(f"the graph name must be a str, got {type(name).__name__}")
     target = targets.get(target)

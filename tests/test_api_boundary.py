@@ -31,7 +31,9 @@ BAD_CALLS = {
     "convert-name-int": (lambda: hlo2onnx.convert(_lowered(), name=3), TypeError, "graph name must be a str"),
     # AttributeError: 'str' object has no attribute 'context'
     "translate-text": (lambda: hlo2onnx.translate(_lowered().as_text()), TypeError, "mlir.Module.*got str"),
-    "translate-lowered": (lambda: hlo2onnx.translate(_lowered()), TypeError, "got Lowered"),
+    # (a Lowered translates, with its constant arguments: tests/test_const_args.py; an Exported goes to convert)
+    "translate-exported": (lambda: hlo2onnx.translate(export.export(jax.jit(jnp.tanh))(np.ones(3, np.float32))),
+                           TypeError, "got Exported"),
     "translate-report-none": (lambda: hlo2onnx.translate_report(None), TypeError, "got NoneType"),
     # no run at all: the check passed having compared nothing
     "check-no-sizes-static": (lambda: hlo2onnx.convert(_lowered()).check(sizes=()), ValueError, "non-empty"),
