@@ -1,4 +1,5 @@
-"""The one translation pipeline: opset check, legalize, translate, optimize, target check.
+"""The one translation pipeline: opset check, legalize, translate, optimize, the target's own steps (NaN
+guards, exact rewrites: hlo2onnx/targets), target check.
 
 `hlo2onnx.translate_report`, `hlo2onnx.convert` (and so the CLI) and mnjit all
 come through `run`; what differs between them (progress, signature fixes for
@@ -23,7 +24,7 @@ from hlo2onnx.mlir_io import prepare
 from hlo2onnx.patterns import optimize_report
 from hlo2onnx.patterns.scopes import unshadow_names
 from hlo2onnx.report import ConversionReport
-from hlo2onnx.targets import ORT_CPU, Target
+from hlo2onnx.targets import ORT_CPU, Target, portable
 from hlo2onnx.translator import Translator
 
 # Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
@@ -47,7 +48,7 @@ def check_opset(opset: object) -> int:
     return opset
 
 
-def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET, name: str = "main",
+def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int | None = None, name: str = "main",
         fuse: bool = True, progress: Progress | None = None, timings: dict[str, float] | None = None,
         adjust: Callable[[ir.Model], None] | None = None,
         host_callbacks: Sequence[int] | None = None,
@@ -60,6 +61,7 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     the lowering's Python callbacks under (hlo2onnx/host_calls.py); without
     them a callback is refused. `constants`: the values of main's `jax.const`
     arguments (`compat.const_args` of the Lowered), which become initializers.
+    `opset`: None for the target's own (DEFAULT_OPSET where it names none).
     Raises TargetError when a strict target cannot run the result.
     """
     if not isinstance(module, mlir.Module):  # else an AttributeError deep inside ('str' has no 'context')
@@ -68,7 +70,7 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     if not isinstance(name, str):  # else accepted here and refused by onnx_ir only when the model is saved
         raise TypeError(f"the graph name must be a str, got {type(name).__name__}")
     target = targets.get(target)
-    check_opset(opset)
+    opset = resolve_opset(target, opset)
     # Ctrl-C raised, not lost in a garbage-collector callback; the collector waits (hlo2onnx/collector.py).
     with InterruptGuard(), collector.paused():
         return _run(module, target, opset, name, fuse, progress, {} if timings is None else timings, adjust,
@@ -92,12 +94,14 @@ def _run(module, target, opset, name, fuse, progress, timings, adjust, host_call
         with timed(timings, "optimize"):
             optimized = optimize_report(model, target)
     unshadow_names(model.graph)
+    with timed(timings, "target"):
+        model = for_target(model, target)
     violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
 
 
 def translate(module: mlir.Module | jax.stages.Lowered, *, target: Target | str = ORT_CPU,
-              opset: int = DEFAULT_OPSET, name: str = "main", fuse: bool = True) -> ir.Model:
+              opset: int | None = None, name: str = "main", fuse: bool = True) -> ir.Model:
     """Translates an in-memory StableHLO module (or a jax.stages.Lowered, with its constants) into an onnx-ir
     Model.
 
@@ -107,7 +111,7 @@ def translate(module: mlir.Module | jax.stages.Lowered, *, target: Target | str 
 
 
 def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target | str = ORT_CPU,
-                     opset: int = DEFAULT_OPSET, name: str = "main", fuse: bool = True,
+                     opset: int | None = None, name: str = "main", fuse: bool = True,
                      host_callbacks: Sequence[int] | None = None) -> ConversionReport:
     """`translate`, keeping what it did: the model is the report's `.model`. `host_callbacks`: see `run`."""
     constants = None
@@ -115,6 +119,34 @@ def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target
         module, constants = module.compiler_ir("stablehlo"), compat.const_args(module)
     return run(module, target=target, opset=opset, name=name, fuse=fuse, host_callbacks=host_callbacks,
                constants=constants)
+
+
+def resolve_opset(target: Target, opset: int | None) -> int:
+    """The opset to write for `target`: `opset`, or the target's own, or DEFAULT_OPSET; one the target does not
+    read is refused."""
+    if opset is None:
+        opset = DEFAULT_OPSET if target.opset is None else target.opset
+    check_opset(opset)
+    if target.opset is not None and opset != target.opset:
+        raise OpsetError(f"target {target.name} reads opset {target.opset}, not {opset}")
+    return opset
+
+
+def for_target(model: ir.Model, target: Target) -> ir.Model:
+    """What `target` needs of a finished model, which every front end writes alike: NaN guards where its
+    runtime is not known to propagate NaN, the record of what the model assumes (targets/portable.py), then the
+    target's exact rewrites, in order. Returns the model (a new one when a rewrite changed it)."""
+    if not target.propagates_nan:
+        portable.guard_nan(model)
+    if target.rewrites:
+        proto = ir.to_proto(model)
+        changed = False
+        for rewrite in target.rewrites:
+            changed |= bool(rewrite(proto))
+        if changed:
+            model = ir.from_proto(proto)
+    portable.record_assumptions(model)  # last: a rewrite may add integer arithmetic (IREE's Neg as Sub)
+    return model
 
 
 @contextmanager

@@ -34,7 +34,7 @@ import test_special  # noqa: E402
 import test_zero_size  # noqa: E402
 from harness import Case, assert_same, check_concurrent_calls, rand, run_case  # noqa: E402
 from mnjit import mnjit  # noqa: E402
-from mnjit.iree_rewrite import for_iree  # noqa: E402
+from hlo2onnx.targets.iree_rewrite import for_iree  # noqa: E402
 from mnjit.iree_runner import CPU, IreeCompileError, IreeRunner, import_model  # noqa: E402
 
 TARGET = "iree-cpu"
@@ -48,7 +48,7 @@ COMPILE_ERRORS = {"constant_u8_splat", "uint8_reductions_empty", "top_k_large"}
 ALL = [*test_ops_core.CASES, *test_zero_size.CASES, *test_ops_indexing.CASES, *test_ops_conv_window.CASES,
        *test_ops_sort.CASES, *test_ops_bits.CASES, *test_int_wrap.CASES, *test_control_flow.CASES,
        *test_complex.CASES, *test_fft.CASES, *test_special.UNARY_CASES, *test_special.BINARY_CASES]
-# Cases that needed a rewrite (mnjit/iree_rewrite.py) or a table entry, kept in the subset by name.
+# Cases that needed a rewrite (hlo2onnx/targets/iree_rewrite.py) or a table entry, kept in the subset by name.
 _PINNED = {"pad_negative", "cummax_nan", "minpool_nan", "wrap_arith_int32", "wrap_arith_int64", "lax_cumprod_int8",
            "pool_long_window_strided", "maxpool_grad_f64", "abs_i16", "f64_x64", "i64_x64", "dot_zero_contraction",
            "scan_add_int32", "cond_complex64", "scatter_max_complex64"}
@@ -98,7 +98,7 @@ def _while(x):
 
 
 def test_fori_loop_runs_on_iree() -> None:
-    """A Loop with a trip count compiles (its empty condition filled in: mnjit/iree_rewrite.py)."""
+    """A Loop with a trip count compiles (its empty condition filled in: hlo2onnx/targets/iree_rewrite.py)."""
     x = rand((4, 3))
     g = mnjit(_fori, target=TARGET)
     assert_same(g(x), jax.jit(_fori)(x))

@@ -1,14 +1,15 @@
 """ONNX rewrites that make OpenVINO 2026.4's CPU plugin compute what the model says (docs/runtime.md).
 
 Each rewrite is exact: it replaces a pattern OpenVINO crashes on or answers wrongly by an equivalent
-one it handles. Applied by mnjit.openvino_runner to the serialized model before OpenVINO reads it.
+one it handles. The pipeline applies them to every model written for the target, after the NaN guards of
+targets/portable.py (which give Max, Min, Clip and Relu XLA's NaN on any consumer), so OpenVINO's own API
+runs what mnjit runs.
 """
 from __future__ import annotations
 
 import onnx
 from onnx import helper
 
-_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
 # OpenVINO's Greater and GreaterOrEqual are true when an operand is NaN; Less and LessOrEqual are right.
 _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
@@ -68,13 +69,10 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
             node.input[0], node.input[1] = node.input[1], node.input[0]
             changed = True
         elif node.op_type in ("Max", "Min") and len(node.input) == 2:
-            # OpenVINO's Max/Min return the NaN only from their second operand. A constant (ReLU's 0) goes
-            # first: it holds no NaN (XLA would give NaN anyway where it did). Otherwise a NaN first operand
-            # is put back with IsNaN + Where.
-            a, b = node.input
             # OpenVINO fuses Min and Max with one-element constants into a Clamp of the other operand's shape,
             # dropping the rank the constant broadcasts it to (Min(x[], c[1]) came back as []): the other
             # operand is given that rank first, as broadcasting would (leading axes of 1).
+            a, b = node.input
             for const, other, i in ((b, a, 0), (a, b, 1)):
                 if const in constants and other not in constants and ranks.get(other, -1) >= 0 \
                         and ranks.get(const, -1) > ranks[other]:
@@ -86,30 +84,7 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
                     new_nodes.append(helper.make_node("Unsqueeze", [other, axes], [lifted]))
                     node.input[i] = lifted
                     ranks[lifted], types[lifted] = ranks[const], types.get(other, 0)
-                    a, b = node.input
                     changed = True
-            if b in constants and a not in constants:
-                node.input[0], node.input[1] = b, a
-                changed = True
-            elif a not in constants and types.get(a) in _FLOATS:
-                counter[0] += 1
-                raw, isnan = f"{node.output[0]}__ov_raw{counter[0]}", f"{node.output[0]}__ov_nan{counter[0]}"
-                out = node.output[0]
-                node.output[0] = raw
-                new_nodes.append(node)
-                new_nodes.append(helper.make_node("IsNaN", [a], [isnan]))
-                new_nodes.append(helper.make_node("Where", [isnan, a, raw], [out]))
-                changed = True
-                continue
-        elif node.op_type == "Relu":  # OpenVINO's Relu(NaN) is 0; Max(0, x) with the 0 first keeps the NaN
-            counter[0] += 1
-            zero, like = f"{node.output[0]}__ov_zero{counter[0]}", f"{node.output[0]}__ov_zero_like{counter[0]}"
-            new_nodes.append(helper.make_node("Constant", [], [zero], value=helper.make_tensor(
-                zero, onnx.TensorProto.FLOAT, [], [0.0])))
-            new_nodes.append(helper.make_node("CastLike", [zero, node.input[0]], [like]))
-            new_nodes.append(helper.make_node("Max", [like, node.input[0]], list(node.output)))
-            changed = True
-            continue
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
                 changed |= _rewrite(sub, frozenset(empty), frozenset(constants), types, ranks, counter)
