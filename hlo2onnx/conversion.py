@@ -103,7 +103,11 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
     `target`: a name, a "package.module:NAME" path or a Target (docs/extending.md); `opset`: None for the
     target's own (else DEFAULT_OPSET).
     """
-    opset = pipeline.resolve_opset(targets.get(target), opset)
+    target = targets.get(target)
+    opset = pipeline.resolve_opset(target, opset)
+    if dynamic and target.static_shapes:
+        raise targets.TargetError(target, [Violation("graph inputs", "symbolic dims (dynamic=True): the target "
+                                                     "takes static shapes only", None, None)])
     timings: dict[str, float] = {}
     constants = None
     if isinstance(source, jax.stages.Lowered):

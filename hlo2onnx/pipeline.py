@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
+from onnxscript.rewriter.pattern import RewriteRuleSet
 
 from hlo2onnx import ops  # noqa: F401  (fills the rule table)
 from hlo2onnx import collector, compat, targets
@@ -133,14 +134,16 @@ def resolve_opset(target: Target, opset: int | None) -> int:
 
 
 def for_target(model: ir.Model, target: Target) -> ir.Model:
-    """What `target` needs of a finished model, which every front end writes alike: NaN guards where its
-    runtime is not known to propagate NaN, the record of what the model assumes (targets/portable.py), then the
-    target's exact rewrites, in order. Returns the model (a new one when a rewrite changed it)."""
+    """What `target` needs of a finished model, which every front end writes alike: its own fusions, NaN guards
+    where its runtime is not known to propagate NaN (targets/portable.py), the ONNX functions of the custom
+    ops the model uses, the target's exact rewrites in order, and the record of what the model assumes. Returns the model (a new one when a rewrite changed it)."""
+    if target.fusions:
+        RewriteRuleSet(list(target.fusions)).apply_to_model(model)
     if not target.propagates_nan:
         portable.guard_nan(model)
-    if target.rewrites:
+    if target.rewrites or target.functions:
         proto = ir.to_proto(model)
-        changed = False
+        changed = portable.add_functions(proto, target.functions)
         for rewrite in target.rewrites:
             changed |= bool(rewrite(proto))
         if changed:

@@ -83,7 +83,10 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
             opset: int | None = None, rewrites: Iterable[Rewrite] = (), propagates_nan: bool = False,
             based_on: str | Target = "ort-cpu", runner: Callable | None = None,
             providers: Iterable[str] | None = None,
-            provider_options: Iterable[Mapping[str, str]] = (), description: str = "") -> Target:
+            provider_options: Iterable[Mapping[str, str]] = (), fusions: Iterable = (),
+            custom_ops: Mapping[str, Iterable[str]] | None = None, functions: Iterable = (),
+            static_shapes: bool = False, missing: Mapping[str, Iterable[str]] | None = None,
+            description: str = "") -> Target:
     """A target for a consumer of your own (docs/extending.md), not registered (see `register`).
 
     `ops`: the ONNX ops it accepts (None: any); `dtypes`: the element types it accepts, by numpy name
@@ -94,7 +97,12 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
     the target whose kernel gaps and runtime it starts from (rules stay on lowerings tested there). mnjit
     runs it with `runner(model_bytes, in_avals, out_avals).run(leaves)` when given, else on `based_on`'s
     runtime; for ONNX Runtime, `providers` and `provider_options` (one mapping per provider) choose the
-    execution providers.
+    execution providers. `fusions`: onnxscript rewrite rules (onnxscript.rewriter.pattern) for the consumer's
+    own fused ops, applied after the built-in fusions; `custom_ops`: those ops by domain, which the check
+    accepts; `functions`: ONNX functions (onnx.FunctionProto) defining any of them, added to each model that
+    calls one. `static_shapes`: a model with a symbolic dim at an input or output is refused. `missing`: ops
+    (by name) and the dtypes the consumer has no kernel for, which rules compute in a wider dtype where there
+    is one (default: none where `ops` is given, else `based_on`'s gaps).
     """
     from hlo2onnx.pipeline import check_opset
 
@@ -107,7 +115,13 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
     options = tuple(dict(o) for o in provider_options)
     if options and len(options) != len(providers):
         raise ValueError(f"target {name}: {len(options)} provider_options for {len(providers)} providers")
-    return replace(base, name=name, ops=accepted_ops, dtypes=accepted, opset=opset, rewrites=tuple(rewrites),
+    if missing is not None:
+        gaps = {op: parse_dtypes(" ".join(names)) for op, names in missing.items()}
+    else:
+        gaps = dict(base.missing) if accepted_ops is None else {}
+    return replace(base, name=name, missing=gaps, wrong={} if accepted_ops is not None else base.wrong, ops=accepted_ops, dtypes=accepted, opset=opset, rewrites=tuple(rewrites),
                    propagates_nan=propagates_nan, runner=runner, providers=providers, provider_options=options,
+                   fusions=tuple(fusions), functions=tuple(functions), static_shapes=static_shapes,
+                   custom_ops={domain: frozenset(names) for domain, names in (custom_ops or {}).items()},
                    description=description or f"declared target {name}", fallback=None, fallback_chain=(),
                    expanded=frozenset({"IsNaN", "IsInf"}) - accepted_ops if accepted_ops is not None else frozenset())

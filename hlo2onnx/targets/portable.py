@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 from onnx_ir.tape import Tape
 
@@ -102,3 +103,25 @@ def record_assumptions(model: ir.Model) -> None:
                     and (dtype := _dtype(node.outputs[0])) is not None and dtype.kind in "iu":
                 model.metadata_props[ASSUMES] = WRAPS
                 return
+
+
+def add_functions(proto: onnx.ModelProto, functions: tuple[onnx.FunctionProto, ...]) -> bool:
+    """Adds each of `functions` that a node of `proto` calls (and is not there yet), with its domain's opset
+    import; returns whether it added any. A function may call another of them."""
+    wanted = {(f.domain, f.name): f for f in functions}
+    have = {(f.domain, f.name) for f in proto.functions}
+    added = False
+    pending = [proto.graph.node]
+    while pending:
+        for node in pending.pop():
+            key = (node.domain, node.op_type)
+            if key in wanted and key not in have:
+                proto.functions.append(wanted[key])
+                have.add(key)
+                pending.append(wanted[key].node)
+                if node.domain not in {o.domain for o in proto.opset_import}:
+                    proto.opset_import.append(onnx.helper.make_opsetid(node.domain, 1))
+                added = True
+            for attr in node.attribute:
+                pending.extend(g.node for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs))
+    return added

@@ -114,6 +114,14 @@ class Target:
     runner: Callable | None = None
     # ONNX Runtime options per provider in `providers` (the same order), for a declared target.
     provider_options: tuple[Mapping[str, str], ...] = ()
+    # A consumer's own fusions (onnxscript rewrite rules), applied after the built-in ones, before the NaN guards.
+    fusions: tuple = ()
+    # The consumer's own ops, by domain ({"com.vendor": {"DenseRelu"}}): accepted by the check; and ONNX functions
+    # defining any of them, added to each model that uses one (so that any ONNX runtime can run it).
+    custom_ops: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    functions: tuple[onnx.FunctionProto, ...] = ()
+    # The consumer takes static shapes only: a model input or output with a symbolic dim is refused.
+    static_shapes: bool = False
 
     def __repr__(self) -> str:  # the op and dtype tables would print ~14 KB per target
         return f"Target({self.name!r}, runtime={self.runtime!r}, device={self.device!r})"

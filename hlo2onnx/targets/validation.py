@@ -62,7 +62,8 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
             yield "a Python host callback runs only on mnjit's ort-cpu runtime"
         return
     if node.domain not in ("", "ai.onnx"):
-        yield f"custom domain {node.domain}"
+        if node.op_type not in target.custom_ops.get(node.domain, ()):
+            yield f"custom domain {node.domain}"
         return
     if target.ops is not None and node.op_type not in target.ops:
         yield "no kernel"
@@ -121,6 +122,12 @@ def validate(model: ir.Model, target: Target) -> list[Violation]:
             where = "input" if value in model.graph.inputs else "output"
             found.append(Violation(f"graph {where} {value.name}", f"{np.dtype(value.dtype.numpy()).name} would be "
                                    "computed in a narrower type", None, None))
+    if target.static_shapes:
+        for value in [*model.graph.inputs, *model.graph.outputs]:
+            if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+                where = "input" if value in model.graph.inputs else "output"
+                found.append(Violation(f"graph {where} {value.name}", f"shape {value.shape} is not static", None,
+                                       None))
     _validate_graph(model.graph, target, (None, None), found)
     return found
 
