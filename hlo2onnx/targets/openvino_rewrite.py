@@ -1,7 +1,8 @@
 """ONNX rewrites that make OpenVINO 2026.4's CPU plugin compute what the model says (docs/runtime.md).
 
 Each rewrite is exact: it replaces a pattern OpenVINO crashes on or answers wrongly by an equivalent
-one it handles. The pipeline applies them to every model written for the target, after the NaN guards of
+one it handles (and f32 -> bf16/f16 Casts, whose rounding it drops, rounded first: targets/rounding.py).
+The pipeline applies them to every model written for the target, after the NaN guards of
 targets/portable.py (which give Max, Min, Clip and Relu XLA's NaN on any consumer), so OpenVINO's own API
 runs what mnjit runs.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import onnx
 from onnx import helper
+
+from hlo2onnx.targets.rounding import FORMATS, round_as
 
 # OpenVINO's Greater and GreaterOrEqual are true when an operand is NaN; Less and LessOrEqual are right.
 _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
@@ -51,6 +54,7 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
     # reshape to [] has a size-1 input, so Squeeze with no axes is the same op. Only after MatMul/Gemm: a
     # Squeeze of a Loop-body value of unknown rank does not compile (measured).
     products = {n.output[0] for n in graph.node if n.op_type in ("MatMul", "Gemm")}
+    outputs = {v.name for v in graph.output} - {i for n in graph.node for i in n.input}  # read by no node
     changed = False
     nodes = list(graph.node)
     new_nodes: list[onnx.NodeProto] = []
@@ -63,6 +67,13 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
             node.op_type = "Squeeze"
             del node.input[1]
             del node.attribute[:]  # Reshape's allowzero means nothing to Squeeze
+            changed = True
+        elif node.op_type == "Cast" and _narrowing(node, types) and node.output[0] not in outputs:
+            # OpenVINO drops f32 -> bf16/f16 -> f32 inside a graph (targets/rounding.py): round first, then the
+            # Cast is exact whether it is kept or not. A graph output's Cast is kept (measured).
+            rounding, rounded = round_as(node.input[0], _cast_to(node), node.output[0], counter)
+            new_nodes += rounding
+            node.input[0] = rounded
             changed = True
         elif node.op_type in _MIRRORED and len(node.input) == 2:  # a > b is b < a, NaN included
             node.op_type = _MIRRORED[node.op_type]
@@ -93,3 +104,12 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
         del graph.node[:]
         graph.node.extend(new_nodes)
     return changed
+
+
+def _cast_to(node: onnx.NodeProto) -> int:
+    return next(a.i for a in node.attribute if a.name == "to")
+
+
+def _narrowing(node: onnx.NodeProto, types: dict[str, int]) -> bool:
+    """A Cast from f32 to bf16 or f16."""
+    return types.get(node.input[0]) == onnx.TensorProto.FLOAT and _cast_to(node) in FORMATS
