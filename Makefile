@@ -10,7 +10,7 @@ PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/nu
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test stress samples bench clean
+.PHONY: install run test test-avx2 stress samples bench clean
 
 install: $(STAMP)
 
@@ -31,6 +31,12 @@ run: install
 # Exit code 5 (no tests collected) must fail: make propagates pytest's code as-is.
 test: install
 	$(PY) -m pytest -n auto -q -p no:cacheprovider
+
+# The suite as on a CPU without AVX-512 (docs/runtime.md, "CPUs without AVX-512"): OpenVINO's oneDNN and
+# OpenBLAS (LAPACK under jax.jit, and its matmul) limited to AVX2; XLA's own flag changed nothing measured.
+AVX2_ENV = ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell XLA_FLAGS=--xla_cpu_max_isa=AVX2
+test-avx2: install
+	$(AVX2_ENV) $(PY) -m pytest -n auto -q -p no:cacheprovider $(TESTS)
 
 # The long reliability runs (the fuzzer's large corpus, models over 2 GB): hours of CPU, not for every change.
 stress: install
