@@ -22,31 +22,18 @@ from hlo2onnx import collector, compat, targets
 from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
+from hlo2onnx.opsets import (DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, OpsetError,  # noqa: F401  (public here)
+                             check_opset, resolve_opset)
 from hlo2onnx.patterns import optimize_report
 from hlo2onnx.patterns.scopes import unshadow_names
 from hlo2onnx.report import ConversionReport
 from hlo2onnx.targets import ORT_CPU, Target, portable
 from hlo2onnx.translator import Translator
 
-# Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
-# (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md). Defined in hlo2onnx.defaults, which the
-# command's --help reads without loading this module.
-from hlo2onnx.defaults import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET  # noqa: E402
 # Progress is reported at most this often (seconds).
 PROGRESS_PERIOD = 0.1
 
 Progress = Callable[[int, int], None]
-
-
-class OpsetError(Hlo2OnnxError, ValueError):
-    """An opset outside MIN_OPSET..MAX_OPSET (a ValueError too: mnjit's callers catch that)."""
-
-
-def check_opset(opset: object) -> int:
-    """`opset`, or OpsetError when hlo2onnx cannot write it (ORT would reject the model later)."""
-    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
-        raise OpsetError(f"opset {opset!r} is not supported (choose {MIN_OPSET} to {MAX_OPSET})")
-    return opset
 
 
 def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int | None = None, name: str = "main",
@@ -120,17 +107,6 @@ def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target
         module, constants = module.compiler_ir("stablehlo"), compat.const_args(module)
     return run(module, target=target, opset=opset, name=name, fuse=fuse, host_callbacks=host_callbacks,
                constants=constants)
-
-
-def resolve_opset(target: Target, opset: int | None) -> int:
-    """The opset to write for `target`: `opset`, or the target's own, or DEFAULT_OPSET; one the target does not
-    read is refused."""
-    if opset is None:
-        opset = DEFAULT_OPSET if target.opset is None else target.opset
-    check_opset(opset)
-    if target.opset is not None and opset != target.opset:
-        raise OpsetError(f"target {target.name} reads opset {target.opset}, not {opset}")
-    return opset
 
 
 def for_target(model: ir.Model, target: Target) -> ir.Model:

@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Mapping
 
 from hlo2onnx.errors import Hlo2OnnxError
+from hlo2onnx.opsets import check_opset
 from hlo2onnx.target_table import TargetTable
 from hlo2onnx.targets.iree import IREE_CPU, IREE_CUDA
 from hlo2onnx.targets.openvino import OPENVINO_CPU
@@ -104,8 +105,6 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
     (by name) and the dtypes the consumer has no kernel for, which rules compute in a wider dtype where there
     is one (default: none where `ops` is given, else `based_on`'s gaps).
     """
-    from hlo2onnx.pipeline import check_opset
-
     base = get(based_on)
     if opset is not None:
         check_opset(opset)
