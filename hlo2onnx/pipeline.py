@@ -19,7 +19,7 @@ from onnxscript.rewriter.pattern import RewriteRuleSet
 
 from hlo2onnx import ops  # noqa: F401  (fills the rule table)
 from hlo2onnx import collector, compat, targets
-from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
+from hlo2onnx.errors import InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
 from hlo2onnx.opsets import (DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, OpsetError,  # noqa: F401  (public here)
@@ -83,7 +83,7 @@ def _run(module, target, opset, name, fuse, progress, timings, adjust, host_call
             optimized = optimize_report(model, target)
     unshadow_names(model.graph)
     with timed(timings, "target"):
-        model = for_target(model, target)
+        model = for_target(model, target, fuse)
     violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
 
@@ -109,11 +109,12 @@ def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target
                constants=constants)
 
 
-def for_target(model: ir.Model, target: Target) -> ir.Model:
-    """What `target` needs of a finished model, which every front end writes alike: its own fusions, NaN guards
-    where its runtime is not known to propagate NaN (targets/portable.py), the ONNX functions of the custom
-    ops the model uses, the target's exact rewrites in order, and the record of what the model assumes. Returns the model (a new one when a rewrite changed it)."""
-    if target.fusions:
+def for_target(model: ir.Model, target: Target, fuse: bool = True) -> ir.Model:
+    """What `target` needs of a finished model, which every front end writes alike: its own fusions (unless
+    not `fuse`), NaN guards where its runtime is not known to propagate NaN (targets/portable.py), the ONNX
+    functions of the custom ops the model uses, the target's exact rewrites in order, and the record of what
+    the model assumes. Returns the model (a new one when a rewrite changed it)."""
+    if target.fusions and fuse:
         RewriteRuleSet(list(target.fusions)).apply_to_model(model)
     if not target.propagates_nan:
         portable.guard_nan(model)

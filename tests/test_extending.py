@@ -147,3 +147,16 @@ def _run(model, *args):
     proto = ir.to_proto(model)
     session = ort.InferenceSession(proto.SerializeToString())
     return session.run(None, dict(zip([i.name for i in proto.graph.input], args)))[0]
+
+
+def test_declared_providers_with_options_run_in_ort() -> None:
+    """A target naming ORT providers with options: mnjit runs it in an ORT session with them (not its own
+    CPU session, which takes none)."""
+    from mnjit import device
+
+    target = targets.declare("ort-options", providers=["CPUExecutionProvider"],
+                             provider_options=[{"arena_extend_strategy": "kSameAsRequested"}])
+    assert not device.own_ort_cpu(target)
+    np.testing.assert_array_equal(np.asarray(mnjit(lambda x: x * 2 - 1, target=target)(X)), X * 2 - 1)
+    with pytest.raises(ValueError, match="provider_options"):
+        targets.declare("bad", providers=["CPUExecutionProvider"], provider_options=[{}, {}])
