@@ -93,9 +93,10 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
     `ops`: the ONNX ops it accepts (None: any); `dtypes`: the element types it accepts, by numpy name
     (None: any); a model with anything else is refused, naming the StableHLO op and line behind each node.
     `opset`: the opset it reads. `rewrites`: exact rewrites of the finished model (in place on the
-    onnx.ModelProto, returning whether they changed it), applied in order after the NaN guards, which it gets
+    onnx.ModelProto, returning whether they changed it), applied in order after `based_on`'s own and the NaN
+    guards, which it gets
     unless `propagates_nan` (its Max, Min, Clip and Relu return NaN for a NaN operand, as XLA's). `based_on`:
-    the target whose kernel gaps and runtime it starts from (rules stay on lowerings tested there). mnjit
+    the target whose runtime, rewrites and measured faults (`wrong`, `refused`, `narrowed`) it starts from. mnjit
     runs it with `runner(model_bytes, in_avals, out_avals).run(leaves)` when given, else on `based_on`'s
     runtime; for ONNX Runtime, `providers` and `provider_options` (one mapping per provider) choose the
     execution providers. `fusions`: onnxscript rewrite rules (onnxscript.rewriter.pattern) for the consumer's
@@ -118,7 +119,7 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
         gaps = {op: parse_dtypes(" ".join(names)) for op, names in missing.items()}
     else:
         gaps = dict(base.missing) if accepted_ops is None else {}
-    return replace(base, name=name, missing=gaps, wrong={} if accepted_ops is not None else base.wrong, ops=accepted_ops, dtypes=accepted, opset=opset, rewrites=tuple(rewrites),
+    return replace(base, name=name, missing=gaps, ops=accepted_ops, dtypes=accepted, opset=opset, rewrites=base.rewrites + tuple(rewrites),
                    propagates_nan=propagates_nan, runner=runner, providers=providers, provider_options=options,
                    fusions=tuple(fusions), functions=tuple(functions), static_shapes=static_shapes,
                    custom_ops={domain: frozenset(names) for domain, names in (custom_ops or {}).items()},
