@@ -83,8 +83,9 @@ def _run(module, target, opset, name, fuse, progress, timings, adjust, host_call
             optimized = optimize_report(model, target)
     unshadow_names(model.graph)
     with timed(timings, "target"):
-        model = for_target(model, target, fuse)
-    violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
+        portable_for(model, target, fuse)
+        violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
+        model = rewritten_for(model, target)
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
 
 
@@ -109,15 +110,20 @@ def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target
                constants=constants)
 
 
-def for_target(model: ir.Model, target: Target, fuse: bool = True) -> ir.Model:
-    """What `target` needs of a finished model, which every front end writes alike: its own fusions (unless
-    not `fuse`), NaN guards where its runtime is not known to propagate NaN (targets/portable.py), the ONNX
-    functions of the custom ops the model uses, the target's exact rewrites in order, and the record of what
-    the model assumes. Returns the model (a new one when a rewrite changed it)."""
+def portable_for(model: ir.Model, target: Target, fuse: bool = True) -> None:
+    """The target's own fusions (unless not `fuse`), then NaN guards where its runtime is not known to
+    propagate NaN (targets/portable.py): the graph the target's table is checked against."""
     if target.fusions and fuse:
         RewriteRuleSet(list(target.fusions)).apply_to_model(model)
     if not target.propagates_nan:
         portable.guard_nan(model)
+
+
+def rewritten_for(model: ir.Model, target: Target) -> ir.Model:
+    """After the check: the ONNX functions of the custom ops the model calls, the target's exact rewrites in
+    order (they change forms the table was measured on into ones the runtime takes: IREE's fori_loop Loop gets
+    a condition input, which the table would read as a while loop), and the record of what the model assumes.
+    Every front end writes the result. Returns the model (a new one when anything changed it)."""
     if target.rewrites or target.functions:
         proto = ir.to_proto(model)
         changed = portable.add_functions(proto, target.functions)
