@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo2onnx.defaults import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET  # noqa: F401  (the command's --help reads them)
+# Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
+# (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md). Defined in hlo2onnx.defaults, which the command's
+# --help reads without loading jax.
+from hlo2onnx.defaults import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET  # noqa: F401  (public here too)
 from hlo2onnx.errors import Hlo2OnnxError
 
 if TYPE_CHECKING:
     from hlo2onnx.targets import Target
 
-# Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
-# (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md).
 
 
 class OpsetError(Hlo2OnnxError, ValueError):
