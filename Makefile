@@ -9,7 +9,7 @@ PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/nu
 	ls -d $$(pyenv root 2>/dev/null)/versions/$(patsubst python%,%,$(notdir $(PYTHON)))*/bin/$(notdir $(PYTHON)) 2>/dev/null | sort -V | tail -n 1)
 PY := $(VENV)/bin/python
 
-.PHONY: install install-test run test stress samples bench clean
+.PHONY: install install-test run test test-avx2 stress samples bench clean
 
 # Two installs into the same venv, each with its own stamp: `make run` needs only the package (the MNIST demo
 # uses jax's own example libraries), `make test` adds the test and samples extras (flax, equinox, openvino, IREE,
@@ -40,6 +40,12 @@ run: $(RUN_STAMP)
 # Exit code 5 (no tests collected) must fail: make propagates pytest's code as-is.
 test: install-test
 	$(PY) -m pytest -n auto -q -p no:cacheprovider
+
+# The suite as on a CPU without AVX-512 (docs/runtime.md, "CPUs without AVX-512"): OpenVINO's oneDNN and
+# OpenBLAS (LAPACK under jax.jit, and its matmul) limited to AVX2; XLA's own flag changed nothing measured.
+AVX2_ENV = ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell XLA_FLAGS=--xla_cpu_max_isa=AVX2
+test-avx2: install-test
+	$(AVX2_ENV) $(PY) -m pytest -n auto -q -p no:cacheprovider $(TESTS)
 
 # The long reliability runs (the fuzzer's large corpus, models over 2 GB): hours of CPU, not for every change.
 stress: install-test

@@ -23,6 +23,7 @@ _EXPORTS = {
     "make_context": "hlo2onnx.mlir_io", "parse_module": "hlo2onnx.mlir_io",
     "ConversionReport": "hlo2onnx.report",
     "write_triton_repo": "hlo2onnx.serving",
+    "register_custom_call": "hlo2onnx.registry",
 }
 __all__ = list(_EXPORTS)
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # the names above, for type checkers and IDEs
     from hlo2onnx.mlir_io import make_context, parse_module
     from hlo2onnx.pipeline import DEFAULT_OPSET, translate, translate_report
     from hlo2onnx.report import ConversionReport
+    from hlo2onnx.registry import register_custom_call
     from hlo2onnx.serving import write_triton_repo
     from hlo2onnx.targets import Target
     from hlo2onnx.targets import TARGETS, TargetError

@@ -68,8 +68,9 @@ def _path(text: str) -> str:
 def _target(text: str) -> str:
     from hlo2onnx.targets import TARGETS  # at parse time, not for --help
 
-    if text not in TARGETS:
-        raise argparse.ArgumentTypeError(f"unknown target {text!r} (choose from {', '.join(sorted(TARGETS))})")
+    if text not in TARGETS and ":" not in text:  # package.module:NAME is imported when the model is converted
+        raise argparse.ArgumentTypeError(f"unknown target {text!r} (choose from {', '.join(sorted(TARGETS))}, "
+                                         "or name one declared in your own code as package.module:NAME)")
     return text
 
 
@@ -102,10 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--external-data", metavar="NAME", help="write the weights to the file NAME beside the "
                         "model (ONNX external data); done anyway, as <output>.data, when the model passes "
                         "protobuf's 2 GB limit")
-    parser.add_argument("--opset", type=_opset, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    parser.add_argument("--opset", type=_opset, help=f"ONNX opset (default: the target's own, else {DEFAULT_OPSET})")
     parser.add_argument("--target", type=_target, default=DEFAULT_TARGET, metavar="NAME",
                         help=f"the backend whose ops and dtypes the model may use (default {DEFAULT_TARGET}; "
-                        "--list-targets lists them)")
+                        "--list-targets lists them; or a target of your own as package.module:NAME, docs/extending.md)")
     parser.add_argument("--list-targets", action=_ListTargets, help="list the targets and exit")
     parser.add_argument("--version", action="version", version=f"hlo2onnx {__version__}")
     parser.add_argument("--name", help="the ONNX graph's name (default: the module's)")
@@ -224,6 +225,8 @@ def _run(args: argparse.Namespace, announce: Callable[[str, str], None], limit_p
     inputs = _read_inputs(args.inputs) if args.inputs else None
     progress = ProgressLine(sys.stderr, forced=args.progress) if args.progress or sys.stderr.isatty() else None
     deadline = _ParseDeadline(args.input, args.parse_limit, progress, announce) if limit_parse else None
+    if ":" in args.target and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # --target package.module:NAME finds a module of the working folder, as python -m
     try:
         conversion = convert(args.input, None, target=args.target, opset=args.opset, name=args.name,
                              dynamic=args.dynamic, progress=deadline or progress, input_names=args.input_names,

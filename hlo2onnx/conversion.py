@@ -21,7 +21,7 @@ import onnx_ir as ir
 from jax import export
 from jax.extend.mlir import ir as mlir
 
-from hlo2onnx import compat, names, pipeline
+from hlo2onnx import compat, names, pipeline, targets
 from hlo2onnx.check import CheckError, CheckResult, check
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.files import save_model
@@ -84,7 +84,7 @@ class Conversion:
 
 def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
             output: str | os.PathLike | None = None, *, target: str | Target = "ort-cpu",
-            opset: int = DEFAULT_OPSET, name: str | None = None, dynamic: bool = False, fuse: bool = True,
+            opset: int | None = None, name: str | None = None, dynamic: bool = False, fuse: bool = True,
             progress: Progress | None = None, input_names: Sequence[str] | str | None = None,
             output_names: Sequence[str] | str | None = None, inputs_as_nchw: Sequence[str] | str = (),
             outputs_as_nchw: Sequence[str] | str = ()) -> Conversion:
@@ -100,8 +100,14 @@ def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,
     one comma-separated str). `inputs_as_nchw`/`outputs_as_nchw` name (by their final names) NHWC inputs and
     outputs to take and give as NCHW instead, with a Transpose at the boundary that the layout pass folds into
     the convolutions where it can.
+    `target`: a name, a "package.module:NAME" path or a Target (docs/extending.md); `opset`: None for the
+    target's own (else DEFAULT_OPSET).
     """
-    pipeline.check_opset(opset)
+    target = targets.get(target)
+    opset = pipeline.resolve_opset(target, opset)
+    if dynamic and target.static_shapes:
+        raise targets.TargetError(target, [Violation("graph inputs", "symbolic dims (dynamic=True): the target "
+                                                     "takes static shapes only", None, None)])
     timings: dict[str, float] = {}
     constants = None
     if isinstance(source, jax.stages.Lowered):

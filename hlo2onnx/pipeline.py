@@ -1,4 +1,5 @@
-"""The one translation pipeline: opset check, legalize, translate, optimize, target check.
+"""The one translation pipeline: opset check, legalize, translate, optimize, the target's own steps (NaN
+guards, exact rewrites: hlo2onnx/targets), target check.
 
 `hlo2onnx.translate_report`, `hlo2onnx.convert` (and so the CLI) and mnjit all
 come through `run`; what differs between them (progress, signature fixes for
@@ -14,40 +15,28 @@ import jax
 import numpy as np
 import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
+from onnxscript.rewriter.pattern import RewriteRuleSet
 
 from hlo2onnx import ops  # noqa: F401  (fills the rule table)
 from hlo2onnx import collector, compat, targets
-from hlo2onnx.errors import Hlo2OnnxError, InvalidInputError
+from hlo2onnx.errors import InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
+from hlo2onnx.opsets import (DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, OpsetError,  # noqa: F401  (public here)
+                             check_opset, resolve_opset)
 from hlo2onnx.patterns import optimize_report
 from hlo2onnx.patterns.scopes import unshadow_names
 from hlo2onnx.report import ConversionReport
-from hlo2onnx.targets import ORT_CPU, Target
+from hlo2onnx.targets import ORT_CPU, Target, portable
 from hlo2onnx.translator import Translator
 
-# Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
-# (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md). Defined in hlo2onnx.defaults, which the
-# command's --help reads without loading this module.
-from hlo2onnx.defaults import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET  # noqa: E402
 # Progress is reported at most this often (seconds).
 PROGRESS_PERIOD = 0.1
 
 Progress = Callable[[int, int], None]
 
 
-class OpsetError(Hlo2OnnxError, ValueError):
-    """An opset outside MIN_OPSET..MAX_OPSET (a ValueError too: mnjit's callers catch that)."""
-
-
-def check_opset(opset: object) -> int:
-    """`opset`, or OpsetError when hlo2onnx cannot write it (ORT would reject the model later)."""
-    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
-        raise OpsetError(f"opset {opset!r} is not supported (choose {MIN_OPSET} to {MAX_OPSET})")
-    return opset
-
-
-def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEFAULT_OPSET, name: str = "main",
+def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int | None = None, name: str = "main",
         fuse: bool = True, progress: Progress | None = None, timings: dict[str, float] | None = None,
         adjust: Callable[[ir.Model], None] | None = None,
         host_callbacks: Sequence[int] | None = None,
@@ -60,6 +49,7 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     the lowering's Python callbacks under (hlo2onnx/host_calls.py); without
     them a callback is refused. `constants`: the values of main's `jax.const`
     arguments (`compat.const_args` of the Lowered), which become initializers.
+    `opset`: None for the target's own (DEFAULT_OPSET where it names none).
     Raises TargetError when a strict target cannot run the result.
     """
     if not isinstance(module, mlir.Module):  # else an AttributeError deep inside ('str' has no 'context')
@@ -68,7 +58,7 @@ def run(module: mlir.Module, *, target: Target | str = ORT_CPU, opset: int = DEF
     if not isinstance(name, str):  # else accepted here and refused by onnx_ir only when the model is saved
         raise TypeError(f"the graph name must be a str, got {type(name).__name__}")
     target = targets.get(target)
-    check_opset(opset)
+    opset = resolve_opset(target, opset)
     # Ctrl-C raised, not lost in a garbage-collector callback; the collector waits (hlo2onnx/collector.py).
     with InterruptGuard(), collector.paused():
         return _run(module, target, opset, name, fuse, progress, {} if timings is None else timings, adjust,
@@ -92,12 +82,15 @@ def _run(module, target, opset, name, fuse, progress, timings, adjust, host_call
         with timed(timings, "optimize"):
             optimized = optimize_report(model, target)
     unshadow_names(model.graph)
-    violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
+    with timed(timings, "target"):
+        portable_for(model, target, fuse)
+        violations = targets.enforce(model, target)  # before anything is written: a strict target refuses here
+        model = rewritten_for(model, target)
     return ConversionReport(model, dict(translator.op_counts), optimized, target, violations)
 
 
 def translate(module: mlir.Module | jax.stages.Lowered, *, target: Target | str = ORT_CPU,
-              opset: int = DEFAULT_OPSET, name: str = "main", fuse: bool = True) -> ir.Model:
+              opset: int | None = None, name: str = "main", fuse: bool = True) -> ir.Model:
     """Translates an in-memory StableHLO module (or a jax.stages.Lowered, with its constants) into an onnx-ir
     Model.
 
@@ -107,7 +100,7 @@ def translate(module: mlir.Module | jax.stages.Lowered, *, target: Target | str 
 
 
 def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target | str = ORT_CPU,
-                     opset: int = DEFAULT_OPSET, name: str = "main", fuse: bool = True,
+                     opset: int | None = None, name: str = "main", fuse: bool = True,
                      host_callbacks: Sequence[int] | None = None) -> ConversionReport:
     """`translate`, keeping what it did: the model is the report's `.model`. `host_callbacks`: see `run`."""
     constants = None
@@ -115,6 +108,31 @@ def translate_report(module: mlir.Module | jax.stages.Lowered, *, target: Target
         module, constants = module.compiler_ir("stablehlo"), compat.const_args(module)
     return run(module, target=target, opset=opset, name=name, fuse=fuse, host_callbacks=host_callbacks,
                constants=constants)
+
+
+def portable_for(model: ir.Model, target: Target, fuse: bool = True) -> None:
+    """The target's own fusions (unless not `fuse`), then NaN guards where its runtime is not known to
+    propagate NaN (targets/portable.py): the graph the target's table is checked against."""
+    if target.fusions and fuse:
+        RewriteRuleSet(list(target.fusions)).apply_to_model(model)
+    if not target.propagates_nan:
+        portable.guard_nan(model)
+
+
+def rewritten_for(model: ir.Model, target: Target) -> ir.Model:
+    """After the check: the ONNX functions of the custom ops the model calls, the target's exact rewrites in
+    order (they change forms the table was measured on into ones the runtime takes: IREE's fori_loop Loop gets
+    a condition input, which the table would read as a while loop), and the record of what the model assumes.
+    Every front end writes the result. Returns the model (a new one when anything changed it)."""
+    if target.rewrites or target.functions:
+        proto = ir.to_proto(model)
+        changed = portable.add_functions(proto, target.functions)
+        for rewrite in target.rewrites:
+            changed |= bool(rewrite(proto))
+        if changed:
+            model = ir.from_proto(proto)
+    portable.record_assumptions(model)  # last: a rewrite may add integer arithmetic (IREE's Neg as Sub)
+    return model
 
 
 @contextmanager

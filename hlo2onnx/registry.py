@@ -42,18 +42,28 @@ def register(*op_names: str, table: dict[str, Rule] = RULES) -> Callable[[Rule],
     return wrap
 
 
-def register_custom_call(*targets: str, dynamic: bool = False) -> Callable[[Rule], Rule]:
-    """Adds a rule for the custom calls named `targets` (see CUSTOM_CALLS)."""
+def register_custom_call(*targets: str, dynamic: bool = False, replace: bool = False) -> Callable[[Rule], Rule]:
+    """A decorator adding a rule for the custom calls named `targets` (see CUSTOM_CALLS); public as
+    `hlo2onnx.register_custom_call` (docs/extending.md), which loads hlo2onnx's own rules first.
+
+    `dynamic`: the rule handles dynamic dims. A name that has a rule already (hlo2onnx's own or one
+    registered before) is refused with a ValueError, unless `replace=True`: the new rule then serves that
+    name in every later translation of the process.
+    """
     def wrap(rule: Rule) -> Rule:
+        taken = [name for name in targets if name in CUSTOM_CALLS]
+        if taken and not replace:
+            raise ValueError(f"custom call @{taken[0]} has a rule already; pass replace=True to replace it")
         for name in targets:
-            if name in CUSTOM_CALLS:
-                raise ValueError(f"two rules for custom call @{name}")
             CUSTOM_CALLS[name] = rule
             if dynamic:
                 CUSTOM_DYNAMIC_OK.add(name)
+            else:
+                CUSTOM_DYNAMIC_OK.discard(name)
         return rule
 
     return wrap
+
 
 def register_complex(*op_names: str) -> Callable[[Rule], Rule]:
     return register(*op_names, table=COMPLEX_RULES)

@@ -17,9 +17,9 @@ from jax import core
 import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
-from hlo2onnx.pipeline import check_opset
+from hlo2onnx.pipeline import resolve_opset
 from mnjit import device, ffi, iree_tier, jit_options, persist, physical, runtime, tiering, fallback as partitioned
-from mnjit.device import require as require_runtime  # (the `device` parameter of mnjit shadows the module)
+from mnjit.device import own_ort_cpu, require as require_runtime  # (mnjit's `device` parameter shadows the module)
 from mnjit.stages import Compiled, MnjitLowered
 
 _flatten = jax.tree_util.tree_flatten
@@ -84,7 +84,7 @@ def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_av
 def _ffi_session(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> ffi.FfiSession | None:
     """mnjit's own C session for one model where the target is ORT on the CPU (mnjit/ffi.py), else None."""
     # float0 leaves cannot enter an XLA custom call: the Python path runs them.
-    if target.runtime != "onnxruntime" or target.device != "cpu" or any(map(physical.is_float0, in_avals + out_avals)):
+    if not own_ort_cpu(target) or any(map(physical.is_float0, in_avals + out_avals)):
         return None
     return ffi.create(model, list(map(physical.physical, in_avals)), list(map(physical.physical, out_avals)))
 
@@ -120,14 +120,13 @@ class MnjitFunction:
     """A function compiled to ONNX and run on ONNX Runtime; call it like jax.jit's result."""
 
     def __init__(self, fun: Callable, *, static_argnums=None, static_argnames=None,
-                 target: str | hlo2onnx.Target = "ort-cpu", opset: int = hlo2onnx.DEFAULT_OPSET,
+                 target: str | hlo2onnx.Target = "ort-cpu", opset: int | None = None,
                  max_cache_size: int | None = None, donate_argnums=None, donate_argnames=None,
                  fallback: bool = False, tier_policy: tiering.TierPolicy | None = None, keep_unused: bool = False,
                  inline: bool = False, compiler_options: dict | None = None, device: Any = None,
                  backend: str | None = None, in_shardings: Any = None, out_shardings: Any = None):
         if not callable(fun):
             raise TypeError(f"mnjit expects a callable, got {type(fun).__name__}")
-        check_opset(opset)  # a ValueError: ORT would reject the model only at the first call
         if max_cache_size is not None and max_cache_size < 1:
             raise ValueError(f"max_cache_size must be at least 1 (or None), got {max_cache_size}")
         functools.update_wrapper(self, fun)
@@ -140,7 +139,7 @@ class MnjitFunction:
         self._target = hlo2onnx.targets.get(tiering.BASE if auto else target)
         jit_options.check_placement(self._target, device, backend, in_shardings, out_shardings)
         require_runtime(self._target)  # a missing runtime or device is refused now, never run elsewhere
-        self._opset = opset
+        self._opset = resolve_opset(self._target, opset)  # a ValueError now: ORT would refuse it at the first call
         self._fallback = bool(fallback)  # split the program: what the target cannot run goes to jax.jit
         # donate_* are accepted for drop-in compatibility; ORT allocates fresh outputs anyway.
         # keep_unused: jit would drop unused arguments and shift the inputs (docs/runtime.md); a caller's
@@ -152,8 +151,7 @@ class MnjitFunction:
         # (mnjit/ffi.py). Signatures it cannot take (slow runs, loops, other targets) use the Python path, and so
         # does a capped cache: jax.jit's hits are invisible to mnjit, which could not keep LRU order. A fallback
         # function's partitions all run inside that one jax.jit (mnjit/fallback.py, `fused`).
-        self._fast_ok = (self._target.runtime == "onnxruntime" and self._target.device == "cpu"
-                         and max_cache_size is None)
+        self._fast_ok = own_ort_cpu(self._target) and max_cache_size is None
 
         def dispatch(*args, **kwargs):
             return self._traced_call(*args, **kwargs)
@@ -170,7 +168,7 @@ class MnjitFunction:
         self.translations = 0  # how many signatures were translated (a cache miss each)
         self._nnx_warned = False  # warned once that nnx objects' updates are dropped (checked on misses only)
         self._tiers = tiering.Tiering(tier_policy or tiering.TierPolicy(), functools.partial(
-            iree_tier.iree_tier, opset=opset, name=getattr(fun, "__name__", "main"), make_runner=_runner_for),
+            iree_tier.iree_tier, opset=self._opset, name=getattr(fun, "__name__", "main"), make_runner=_runner_for),
             iree_tier.unavailable_reason()) if auto else None
 
     # -- calling -----------------------------------------------------------------

@@ -35,8 +35,18 @@ _INSTALL = {
 }
 
 
+def own_ort_cpu(target: Target) -> bool:
+    """Whether mnjit's own ORT CPU session (mnjit/ffi.py) runs `target`: ONNX Runtime's CPU provider alone,
+    without options or a runner of the target's own."""
+    return (target.runtime == "onnxruntime" and target.device == "cpu" and target.runner is None
+            and tuple(target.providers) == ("CPUExecutionProvider",) and not target.provider_options)
+
+
 def require(target: Target) -> None:
-    """Raises TargetUnavailableError unless this machine can run `target`."""
+    """Raises TargetUnavailableError unless this machine can run `target` (a declared target's own runner
+    is taken as able to)."""
+    if target.runner is not None:
+        return
     if target.runtime == "openvino":
         if importlib.util.find_spec("openvino") is None:
             raise TargetUnavailableError(f"target {target.name} runs on OpenVINO, which is not installed: "
@@ -79,6 +89,8 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
         # Run for host callbacks' effects only: the model's one output is their order token (hlo2onnx.host_calls).
         token = jax.ShapeDtypeStruct((), bool)
         return DroppedOutputs(make_runner(target, model, in_avals, [token], session, iree_driver=iree_driver))
+    if target.runner is not None:  # a declared target's own (hlo2onnx.targets.declare)
+        return target.runner(ir.to_proto(model).SerializeToString(), in_avals, out_avals)
     if target.runtime == "openvino":
         openvino_consent.decline_unless_decided()  # before openvino's import sends its event from a fork
         from mnjit.openvino_runner import OpenVinoRunner
@@ -95,12 +107,16 @@ def make_runner(target: Target, model: ir.Model, in_avals: Sequence, out_avals: 
         from mnjit.cuda_runner import CudaOrtRunner
 
         return CudaOrtRunner(model, in_avals, out_avals, target.providers)
+    from mnjit.runtime import OrtRunner
+
+    if not own_ort_cpu(target):  # a declared target's providers, with their options
+        providers = list(zip(target.providers, target.provider_options)) if target.provider_options \
+            else target.providers
+        return OrtRunner(model, in_avals, out_avals, providers)
     from mnjit import ffi
 
     if session is None:
         session = ffi.create(model, in_avals, out_avals)  # mnjit's own ORT environment and thread pool
     if session is not None:
         return ffi.FfiRunner(session, in_avals, out_avals)
-    from mnjit.runtime import OrtRunner
-
     return OrtRunner(model, in_avals, out_avals, target.providers)

@@ -36,7 +36,6 @@ from iree.compiler.ir import Context
 from hlo2onnx import compat
 from hlo2onnx.compat import mark_weak
 from mnjit import background, persist
-from mnjit.iree_rewrite import for_iree
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
 # iree-compile's flags for every backend: IREE's torch input pipeline demotes f64 to f32 unless told not to
@@ -204,8 +203,7 @@ class IreeRunner:
         if len(proto.graph.input) != len(in_avals) or len(proto.graph.output) != len(out_avals):
             raise ValueError(f"ONNX model has {len(proto.graph.input)} inputs and {len(proto.graph.output)} "
                              f"outputs, the signature {len(in_avals)} and {len(out_avals)}")
-        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)  # the Slice rewrite reads shapes
-        for_iree(proto)
+        # Run as written: the pipeline wrote it for the target, rewrites included (hlo2onnx/targets/iree_rewrite.py).
         proto.graph.name = ENTRY
         self.backend = backend
         self._rt = runtime(backend.driver)

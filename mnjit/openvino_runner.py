@@ -16,7 +16,6 @@ import numpy as np
 import onnx
 import openvino as ov
 
-from mnjit.openvino_rewrite import for_openvino
 from hlo2onnx.compat import mark_weak
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
@@ -63,7 +62,10 @@ def _first_line(error: Exception) -> str:
 
 
 class OpenVinoRunner:
-    """One compiled OpenVINO model; `run` takes flat jax/numpy leaves and returns flat jax.Arrays."""
+    """One compiled OpenVINO model; `run` takes flat jax/numpy leaves and returns flat jax.Arrays.
+
+    The model is run as written: the pipeline wrote it for openvino-cpu, rewrites included
+    (hlo2onnx/targets/openvino_rewrite.py), as for any other front end."""
 
     def __init__(self, model_bytes: bytes, in_avals: Sequence, out_avals: Sequence):
         self.in_dtypes = [np.dtype(a.dtype) for a in in_avals]
@@ -77,8 +79,6 @@ class OpenVinoRunner:
         if len(onnx_inputs) != len(in_avals) or len(onnx_outputs) != len(out_avals):
             raise ValueError(f"ONNX model has {len(onnx_inputs)} inputs and {len(onnx_outputs)} outputs, "
                              f"the signature {len(in_avals)} and {len(out_avals)}")
-        if for_openvino(proto):
-            model_bytes = proto.SerializeToString()
         try:
             model = core().read_model(model_bytes)
         except RuntimeError as e:

@@ -143,7 +143,7 @@ def support_matrix() -> str:
              "holding the op fits the target. A case is judged whole, so an op refused beside another counts as",
              "unshown: the column is what the tests prove, a lower bound. `core`, `openvino-cpu` and `iree-cpu`",
              "refuse with an error naming the op; `ort-cuda` runs the refused part on its CPU provider. The tables",
-             "are in hlo2onnx/targets.py. `iree-cpu` runs every case of the tables it takes, matched against jax.jit",
+             "are in hlo2onnx/targets/. `iree-cpu` runs every case of the tables it takes, matched against jax.jit",
              "(tests/test_iree.py's stress run), but for the few IREE compile failures named in its COMPILE_ERRORS.",
              f"Generated with jax {jax.__version__} (newer jax lowers some chlo ops itself, which changes the rows).", "",
              "| op | element types tested | uses | " + " | ".join(MATRIX_TARGETS) + " |",

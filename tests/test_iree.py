@@ -34,7 +34,7 @@ import test_special  # noqa: E402
 import test_zero_size  # noqa: E402
 from harness import Case, assert_same, check_concurrent_calls, rand, run_case  # noqa: E402
 from mnjit import mnjit  # noqa: E402
-from mnjit.iree_rewrite import for_iree  # noqa: E402
+from hlo2onnx.targets.iree_rewrite import for_iree  # noqa: E402
 from mnjit.iree_runner import CPU, IreeCompileError, IreeRunner, import_model  # noqa: E402
 
 TARGET = "iree-cpu"
@@ -48,7 +48,7 @@ COMPILE_ERRORS = {"constant_u8_splat", "uint8_reductions_empty", "top_k_large"}
 ALL = [*test_ops_core.CASES, *test_zero_size.CASES, *test_ops_indexing.CASES, *test_ops_conv_window.CASES,
        *test_ops_sort.CASES, *test_ops_bits.CASES, *test_int_wrap.CASES, *test_control_flow.CASES,
        *test_complex.CASES, *test_fft.CASES, *test_special.UNARY_CASES, *test_special.BINARY_CASES]
-# Cases that needed a rewrite (mnjit/iree_rewrite.py) or a table entry, kept in the subset by name.
+# Cases that needed a rewrite (hlo2onnx/targets/iree_rewrite.py) or a table entry, kept in the subset by name.
 _PINNED = {"pad_negative", "cummax_nan", "minpool_nan", "wrap_arith_int32", "wrap_arith_int64", "lax_cumprod_int8",
            "pool_long_window_strided", "maxpool_grad_f64", "abs_i16", "f64_x64", "i64_x64", "dot_zero_contraction",
            "scan_add_int32", "cond_complex64", "scatter_max_complex64"}
@@ -98,7 +98,7 @@ def _while(x):
 
 
 def test_fori_loop_runs_on_iree() -> None:
-    """A Loop with a trip count compiles (its empty condition filled in: mnjit/iree_rewrite.py)."""
+    """A Loop with a trip count compiles (its empty condition filled in: hlo2onnx/targets/iree_rewrite.py)."""
     x = rand((4, 3))
     g = mnjit(_fori, target=TARGET)
     assert_same(g(x), jax.jit(_fori)(x))
@@ -224,6 +224,10 @@ def test_refusals_still_needed() -> None:
 
 
 # -- the rewrites: exact, checked at tolerance 0 against ORT on the model as translated ------------------------------
+# The target's table without its rewrites: the model as checked, before the pipeline rewrites it for IREE.
+UNREWRITTEN = dataclasses.replace(hlo2onnx.targets.IREE_CPU, name="iree-cpu-unrewritten", rewrites=())
+
+
 def _ort(proto: onnx.ModelProto, args) -> list[np.ndarray]:
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {i.name: a for i, a in zip(proto.graph.input, args)})
@@ -243,16 +247,22 @@ REWRITES = {
                               ("ReduceSumSquare", "Gather"), rand((30, 20, 4))),
     "scatter_nd_one_index": (lambda x: jax.lax.dynamic_update_slice(x, x[2:3] * 5, (jnp.argmax(x),)),
                              ("ScatterND", "Unsqueeze"), rand((5,))),
-    "max_min_clip_nan": (lambda x: (jnp.maximum(x, x[::-1]), jnp.minimum(x[::-1], x), jnp.clip(x, 0.0, 2.0),
-                                    jnp.maximum(x, 1.0), jax.lax.cummax(x, axis=1)), ("Max", "Where"), NAN),
 }
+
+
+def test_nan_through_max_min_clip_and_windows() -> None:
+    """IREE's Max/Min return a NaN only from their second operand and its Clip drops it: the pipeline's NaN
+    guards (hlo2onnx/targets/portable.py) give XLA's NaNs."""
+    fun = lambda x: (jnp.maximum(x, x[::-1]), jnp.minimum(x[::-1], x), jnp.clip(x, 0.0, 2.0),  # noqa: E731
+                     jnp.maximum(x, 1.0), jax.nn.relu(x), jax.lax.cummax(x, axis=1))
+    assert_same(mnjit(fun, target=TARGET)(NAN), jax.jit(fun)(NAN))
 
 
 @pytest.mark.parametrize("name", REWRITES)
 def test_rewrite_is_exact_on_ort(name) -> None:
     """The rewritten model gives ORT the very values (NaNs included) the translated model gives it."""
     fun, (before, after), x = REWRITES[name]
-    proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=TARGET).lower(x).onnx_model, data_prop=True)
+    proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=UNREWRITTEN).lower(x).onnx_model, data_prop=True)
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(proto)
     assert for_iree(rewritten)
@@ -270,7 +280,7 @@ def test_f64_reduce_l2_stays_f64() -> None:
     fun = lambda x, y: (jnp.sqrt(jnp.sum(x * x)), jnp.sqrt(jnp.sum(y * y, axis=1, keepdims=True)))  # noqa: E731
     with jax.enable_x64(True):
         x = np.random.default_rng(0).standard_normal((1000, 3)) * 1.234567
-        proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=TARGET).lower(x, x + 1).onnx_model)
+        proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=UNREWRITTEN).lower(x, x + 1).onnx_model)
         assert [n.op_type for n in proto.graph.node] == ["ReduceL2"] * 2
         rewritten = onnx.ModelProto()
         rewritten.CopyFrom(proto)
@@ -287,7 +297,8 @@ def test_wide_pad_fills_as_concat() -> None:
     fun = lambda a, f: (jax.lax.cumprod(a, axis=1), jax.lax.cummax(f, axis=0))  # noqa: E731
     with jax.enable_x64(True):
         args = (rand((2, 10), np.int64, low=-0.3, high=0.3), rand((6, 3), np.float64))
-        proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=TARGET).lower(*args).onnx_model, data_prop=True)
+        proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=UNREWRITTEN).lower(*args).onnx_model,
+                                                  data_prop=True)
         rewritten = onnx.ModelProto()
         rewritten.CopyFrom(proto)
         assert for_iree(rewritten)
@@ -304,7 +315,8 @@ def test_bodies_get_static_shapes() -> None:
         return jax.lax.cond(p > 0, lambda z: z * (1 + 2j), jnp.conj, a)
 
     args = (np.float32(1.0), rand((3, 4), np.complex64))
-    proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=TARGET).lower(*args).onnx_model, data_prop=True)
+    proto = onnx.shape_inference.infer_shapes(mnjit(fun, target=UNREWRITTEN).lower(*args).onnx_model,
+                                              data_prop=True)
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(proto)
     assert for_iree(rewritten)
@@ -342,7 +354,8 @@ def test_slice_clamp_is_exact() -> None:
     for expected, got in zip(want, _ort(rewritten, [x])):
         np.testing.assert_array_equal(got, expected)
     avals = [jax.ShapeDtypeStruct(w.shape, w.dtype) for w in want]
-    runner = IreeRunner(proto.SerializeToString(), [jax.ShapeDtypeStruct(x.shape, x.dtype)], avals)
+    # The runner runs the model as written (the pipeline rewrites what it writes for iree-cpu).
+    runner = IreeRunner(rewritten.SerializeToString(), [jax.ShapeDtypeStruct(x.shape, x.dtype)], avals)
     for expected, got in zip(want, runner.run([x])):
         np.testing.assert_array_equal(np.asarray(got), expected)
 
@@ -461,9 +474,7 @@ def test_cuda_backend_compiles_for_the_gpu_architecture(capability, arch) -> Non
     assert f"--iree-cuda-target={arch}" in backend.flags and backend.driver == "cuda"
     proto = mnjit(lambda a, b: jnp.tanh(a @ b) + 1.0, target=TARGET).lower(
         rand((8, 8)), rand((8, 8), seed=1)).onnx_model
-    proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    for_iree(proto)
-    proto.graph.name = "main"
+    proto.graph.name = "main"  # rewritten already: the pipeline wrote it for iree-cpu
     vmfb = compile_model(proto, backend)
     assert b"cuda-nvptx-fb" in vmfb  # the executable format of IREE's CUDA driver
     import iree.runtime as iree_rt

@@ -9,6 +9,7 @@ import pytest
 from jax import lax
 
 from harness import Case, rand, run_case
+from mnjit import mnjit
 
 F32_TOL = (1e-4, 1e-5)
 F64_TOL = (1e-10, 1e-12)
@@ -67,7 +68,8 @@ CASES = [
     *_cases("qr_pivoting_economic", lambda a: jsl.qr(a, pivoting=True, mode="economic"), rand((6, 3), np.float64)),
     *_cases("qr_pivoting_ties", lambda a: jsl.qr(a, pivoting=True), TIES),
     *_cases("qr_pivoting_exact_rank2", lambda a: jsl.qr(a, pivoting=True), EXACT),
-    *_cases("qr_pivoting_rank2", lambda a: jsl.qr(a, pivoting=True, mode="r"), RANK2),
+    # f32: the invariants below (test_qr_pivoting_rank2_f32_invariants), not LAPACK's pivots.
+    _cases("qr_pivoting_rank2", lambda a: jsl.qr(a, pivoting=True, mode="r"), RANK2)[1],
     # complex: zgehd2, zhetd2, zunm2r, zlaqp2
     *(case for shape in SHAPES for case in _cases(
         f"hessenberg_complex_{_shape_name(shape)}", lax.linalg.hessenberg, crand(shape))),
@@ -93,6 +95,22 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=repr)
 def test_reduction(case):
     run_case(case)
+
+
+def test_qr_pivoting_rank2_f32_invariants():
+    """RANK2 in f32: after two steps the residual column norms are rounding noise, and two of them tie up to
+    rounding, so which column LAPACK pivots next depends on the last bits of its arithmetic (measured: on an
+    AVX2-only CPU, columns 2 and 3 came back swapped against jax.jit). Either choice is a pivoted QR; what
+    must hold is A P = Q R with Q orthonormal, R upper triangular and |diag R| non-increasing."""
+    a = np.asarray(RANK2, np.float32)
+    q, r, p = (np.asarray(v) for v in mnjit(lambda a: jsl.qr(a, pivoting=True))(a))
+    assert sorted(p.tolist()) == list(range(a.shape[1]))
+    scale = np.abs(a).max()
+    np.testing.assert_allclose(q @ r, a[:, p], atol=1e-5 * scale)
+    np.testing.assert_allclose(q.T @ q, np.eye(q.shape[1]), atol=1e-5)
+    assert np.all(np.tril(r, -1) == 0)
+    diag = np.abs(np.diagonal(r))
+    assert np.all(diag[1:] <= diag[:-1] + 1e-5 * scale), diag
 
 
 def test_hessenberg_with_q():

@@ -39,7 +39,7 @@ def _has_nan(case: Case) -> bool:
 # OpenVINO 2026.4 mishandles NaN in several kernels (exp, cosh, sign and logistic of NaN return numbers;
 # MaxPool and ReduceMax drop it: docs/runtime.md). Refusing them would refuse most models, so NaN inputs are
 # a documented divergence of this target and the cases feeding NaN are left out here; the comparisons,
-# Max/Min and Relu that the runner rewrites are checked with NaN below.
+# Max/Min/Clip/Relu the pipeline guards and the comparisons it rewrites are checked with NaN below.
 def _table(*cases: Case) -> list:
     return [pytest.param(c, id=c.name) for c in cases if not _has_nan(c)]
 
@@ -118,11 +118,13 @@ def test_table_still_wrong() -> None:
 
 
 def test_nan_in_comparisons_max_min_relu() -> None:
-    """OpenVINO's Greater is true for NaN and its Max/Min/Relu drop NaN; the runner's rewrites match XLA."""
+    """OpenVINO's Greater is true for NaN and its Max/Min/Clip/Relu drop NaN; the pipeline's NaN guards and
+    rewrites (hlo2onnx/targets/portable.py, openvino_rewrite.py) match XLA."""
     a = np.array([np.nan, 1.0, 3.0, np.nan, -np.inf, 2.5], np.float32)
     b = np.array([2.0, np.nan, 2.0, np.nan, np.nan, 1.0], np.float32)
     for fun in (lambda x, y: (x > y, x >= y, x < y, x <= y), lambda x, y: (jnp.maximum(x, y), jnp.minimum(x, y)),
                 lambda x, y: (jax.nn.relu(x), jnp.maximum(x, 1.0), jnp.minimum(2.0, y)),
+                lambda x, y: (jnp.clip(x, -1.0, 1.0), jnp.clip(y, x, 2.0)),
                 lambda x, y: jnp.where(x > 0, x, y)):
         _compare(fun, a, b)
 
@@ -130,7 +132,7 @@ def test_nan_in_comparisons_max_min_relu() -> None:
 def test_clamp_by_broadcasting_constants() -> None:
     """OpenVINO fuses Max and Min with one-element constants into a Clamp that drops the rank those constants
     broadcast to (dynamic_update_slice's clamped start index failed to compile; x[3] clamped by [[lo]] came
-    back as [3]); the runner lifts the operand's rank first."""
+    back as [3]); the target's rewrite lifts the operand's rank first."""
     x = np.array([4.0, -3.0, 0.5], np.float32)
     for i in (-5, 0, 1, 2, 9):
         _compare(lambda v, u, j: jax.lax.dynamic_update_slice(v, u, (j,)), x, np.float32([7.0]), np.int32(i))

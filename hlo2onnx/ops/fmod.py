@@ -1,7 +1,7 @@
 """XLA's float `remainder` (C's fmod) computed exactly from arithmetic, for targets whose Mod kernel is wrong.
 
 IREE 3.13 computes Mod as a division and a product in the element type: NaN for x % inf and the wrong sign
-for -1e4 % 1e-3 (hlo2onnx/targets_iree.py). fmod's result is always exactly representable, and this
+for -1e4 % 1e-3 (hlo2onnx/targets/iree.py). fmod's result is always exactly representable, and this
 computes it exactly, in float64 (f32, f16 and bf16 values are exact there), by peeling the quotient off
 STEP bits at a time from the top. At step k, with y_k = |y| * 2^(STEP k):
 

@@ -147,7 +147,7 @@ def exact_reduce(b, x: ir.Value, combine_op: str, shape: list[int], axes, dtype:
     """Integer sum or product (or bitwise reduction) over `axes` (none of size 0) with ops that wrap like
     XLA, in any order.
 
-    ORT's integer ReduceSum/ReduceProd go through float64 and saturate (hlo2onnx/targets.py). A static
+    ORT's integer ReduceSum/ReduceProd go through float64 and saturate (hlo2onnx/targets/ort.py). A static
     axis halves in place, Add/Mul of its two halves, log2(n) times; a dynamic one sums by a MatMul with ones.
     """
     for axis in axes:

@@ -1,14 +1,18 @@
 """ONNX rewrites that make OpenVINO 2026.4's CPU plugin compute what the model says (docs/runtime.md).
 
 Each rewrite is exact: it replaces a pattern OpenVINO crashes on or answers wrongly by an equivalent
-one it handles. Applied by mnjit.openvino_runner to the serialized model before OpenVINO reads it.
+one it handles (and f32 -> bf16/f16 Casts, whose rounding it drops, rounded first: targets/rounding.py).
+The pipeline applies them to every model written for the target, after the NaN guards of
+targets/portable.py (which give Max, Min, Clip and Relu XLA's NaN on any consumer), so OpenVINO's own API
+runs what mnjit runs.
 """
 from __future__ import annotations
 
 import onnx
 from onnx import helper
 
-_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+from hlo2onnx.targets.rounding import FORMATS, round_as
+
 # OpenVINO's Greater and GreaterOrEqual are true when an operand is NaN; Less and LessOrEqual are right.
 _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
@@ -50,6 +54,7 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
     # reshape to [] has a size-1 input, so Squeeze with no axes is the same op. Only after MatMul/Gemm: a
     # Squeeze of a Loop-body value of unknown rank does not compile (measured).
     products = {n.output[0] for n in graph.node if n.op_type in ("MatMul", "Gemm")}
+    outputs = {v.name for v in graph.output} - {i for n in graph.node for i in n.input}  # read by no node
     changed = False
     nodes = list(graph.node)
     new_nodes: list[onnx.NodeProto] = []
@@ -63,18 +68,22 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
             del node.input[1]
             del node.attribute[:]  # Reshape's allowzero means nothing to Squeeze
             changed = True
+        elif node.op_type == "Cast" and _narrowing(node, types) and node.output[0] not in outputs:
+            # OpenVINO drops f32 -> bf16/f16 -> f32 inside a graph (targets/rounding.py): round first, then the
+            # Cast is exact whether it is kept or not. A graph output's Cast is kept (measured).
+            rounding, rounded = round_as(node.input[0], _cast_to(node), node.output[0], counter)
+            new_nodes += rounding
+            node.input[0] = rounded
+            changed = True
         elif node.op_type in _MIRRORED and len(node.input) == 2:  # a > b is b < a, NaN included
             node.op_type = _MIRRORED[node.op_type]
             node.input[0], node.input[1] = node.input[1], node.input[0]
             changed = True
         elif node.op_type in ("Max", "Min") and len(node.input) == 2:
-            # OpenVINO's Max/Min return the NaN only from their second operand. A constant (ReLU's 0) goes
-            # first: it holds no NaN (XLA would give NaN anyway where it did). Otherwise a NaN first operand
-            # is put back with IsNaN + Where.
-            a, b = node.input
             # OpenVINO fuses Min and Max with one-element constants into a Clamp of the other operand's shape,
             # dropping the rank the constant broadcasts it to (Min(x[], c[1]) came back as []): the other
             # operand is given that rank first, as broadcasting would (leading axes of 1).
+            a, b = node.input
             for const, other, i in ((b, a, 0), (a, b, 1)):
                 if const in constants and other not in constants and ranks.get(other, -1) >= 0 \
                         and ranks.get(const, -1) > ranks[other]:
@@ -86,30 +95,7 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
                     new_nodes.append(helper.make_node("Unsqueeze", [other, axes], [lifted]))
                     node.input[i] = lifted
                     ranks[lifted], types[lifted] = ranks[const], types.get(other, 0)
-                    a, b = node.input
                     changed = True
-            if b in constants and a not in constants:
-                node.input[0], node.input[1] = b, a
-                changed = True
-            elif a not in constants and types.get(a) in _FLOATS:
-                counter[0] += 1
-                raw, isnan = f"{node.output[0]}__ov_raw{counter[0]}", f"{node.output[0]}__ov_nan{counter[0]}"
-                out = node.output[0]
-                node.output[0] = raw
-                new_nodes.append(node)
-                new_nodes.append(helper.make_node("IsNaN", [a], [isnan]))
-                new_nodes.append(helper.make_node("Where", [isnan, a, raw], [out]))
-                changed = True
-                continue
-        elif node.op_type == "Relu":  # OpenVINO's Relu(NaN) is 0; Max(0, x) with the 0 first keeps the NaN
-            counter[0] += 1
-            zero, like = f"{node.output[0]}__ov_zero{counter[0]}", f"{node.output[0]}__ov_zero_like{counter[0]}"
-            new_nodes.append(helper.make_node("Constant", [], [zero], value=helper.make_tensor(
-                zero, onnx.TensorProto.FLOAT, [], [0.0])))
-            new_nodes.append(helper.make_node("CastLike", [zero, node.input[0]], [like]))
-            new_nodes.append(helper.make_node("Max", [like, node.input[0]], list(node.output)))
-            changed = True
-            continue
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
                 changed |= _rewrite(sub, frozenset(empty), frozenset(constants), types, ranks, counter)
@@ -118,3 +104,12 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
         del graph.node[:]
         graph.node.extend(new_nodes)
     return changed
+
+
+def _cast_to(node: onnx.NodeProto) -> int:
+    return next(a.i for a in node.attribute if a.name == "to")
+
+
+def _narrowing(node: onnx.NodeProto, types: dict[str, int]) -> bool:
+    """A Cast from f32 to bf16 or f16."""
+    return types.get(node.input[0]) == onnx.TensorProto.FLOAT and _cast_to(node) in FORMATS

@@ -1,5 +1,5 @@
-"""The data of the `iree-cpu` target (built in targets.py): what IREE's ONNX importer and llvm-cpu backend
-cannot take.
+"""The `iree-cpu` and `iree-cuda` targets: what IREE's ONNX importer and llvm-cpu backend cannot take, and the
+exact rewrites that let it compile the rest (targets/iree_rewrite.py).
 
 Measured with iree-base-compiler/iree-base-runtime 3.13 at opset 21: every (op, dtype) of the op tables'
 models as a one-node model through the importer and `iree-compile --compile-to=input`, then the op tables
@@ -13,7 +13,7 @@ on the target (tests/test_iree.py):
   are not scalars. A Loop
   ended by a condition (a while loop) is not either without a trip count, and with 2**63 - 1 as its trip
   count it ran away (memory grew past 12 GB). Loops with a trip count and no condition (fori_loop) compile,
-  once mnjit/iree_rewrite.py gives them a constant true condition. fallback=True runs the refused loops on
+  once targets/iree_rewrite.py gives them a constant true condition. fallback=True runs the refused loops on
   ort-cpu.
 - float64 Sin, Cos, Tan, Tanh, Atan, Asin and Acos do not link (iree-lld: undefined symbol: sin: the CPU
   backend has no f64 libm), and f64 Erf is not legalized; rules without another lowering refuse them.
@@ -34,6 +34,12 @@ on the target (tests/test_iree.py):
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+from hlo2onnx.targets import ort
+from hlo2onnx.targets.iree_rewrite import rewrite_for_iree
+from hlo2onnx.targets.profile import Target, parse_dtypes
+
 _EVERY = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"
 _FLOATS = "float16 bfloat16 float32 float64"
 
@@ -53,3 +59,25 @@ REFUSED: dict[str, str] = {
     **{op: "uint8" for op in ("Abs", "Div", "Clip", "TopK", "MaxPool")},
     "MaxPool:padded": "int8 int32 uint8",
 }
+
+
+IREE_CPU = Target(
+    "iree-cpu",
+    # ORT CPU's kernel table keeps the lowerings on paths the op tables test (f16 through f32, no bf16 math).
+    dict(ort.ORT_CPU.missing),
+    dtypes=parse_dtypes(DTYPES),
+    refused={op: parse_dtypes(spec) for op, spec in REFUSED.items()},
+    flushes_subnormals=True,  # measured: 1e-39 * 1.5 and reduce_precision(1e-39, 8, 23) gave 0
+    fuses_broadcasts=True,
+    rewrites=(rewrite_for_iree,),
+    description="IREE (iree-base-compiler) compiled for the host CPU; no int16 or unsigned types but uint8, "
+                "no Loop with scan outputs, DFT, ConvTranspose, f64 trigonometry or float scatter-min/max",
+    runtime="iree", providers=(), device="cpu", fallback_chain=("ort-cpu",))
+
+# The same importer and table: the refusals are the importer's and the torch-to-linalg conversion's, which
+# come before the backend (f64 trigonometry is refused for llvm-cpu's missing libm; CUDA's libdevice has it,
+# but the CPU measurement stands until it is measured on a GPU).
+IREE_CUDA = replace(
+    IREE_CPU, name="iree-cuda", device="gpu", fallback_chain=("ort-cuda", "ort-cpu"),
+    description="IREE (iree-base-compiler) compiled for the NVIDIA GPU jax sees (CUDA driver only, no "
+                "onnxruntime-gpu); the iree-cpu table")

@@ -1,7 +1,8 @@
 """ONNX rewrites that let IREE 3.13 compile what the translator writes (docs/runtime.md, IREE section).
 
 Each rewrite is exact, the same values by construction (tests/test_iree.py checks them at tolerance 0
-against ORT on the original model). Applied by mnjit.iree_runner to the model before import:
+against ORT on the original model). The pipeline applies them to every model written for the target
+(`rewrite_for_iree`, after the NaN guards of targets/portable.py), so IREE's own tools compile what mnjit runs:
 
 - Pad with negative pads (StableHLO's crop, which ONNX's Pad allows): iree-compile refuses it ("expected
   offsets to be non-negative"). The crop becomes a Slice, and the Pad keeps the non-negative pads.
@@ -18,9 +19,8 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
   clamped as ONNX says; a Slice that selects nothing becomes the empty constant it is.
 - Neg on int32/int64: IREE 3.13 computes it through f32 (-(2**31 - 1) came back as -2**31). It becomes
   Sub(0, x), which wraps as XLA does.
-- Max and Min on floats return a NaN only from their second operand, and Clip drops it (as OpenVINO's,
-  mnjit/openvino_rewrite.py). A constant operand goes first (it holds no NaN); otherwise the first operand's
-  NaN is put back with IsNaN + Where, and Clip's likewise.
+- (Max and Min on floats return a NaN only from their second operand, and Clip drops it: the pipeline's NaN
+  guards, targets/portable.py, cover them as for any consumer not known to propagate NaN.)
 - Loop and If bodies reading the main graph's shape operands (the [1, 1] sizes of the Split that takes a
   complex value apart, axes, shapes): ONNX shape inference, which the importer runs first, reads no
   outer-scope constant, so the body's values come out unranked, and torch-mlir crashes on them (in the Split
@@ -28,7 +28,7 @@ against ORT on the original model). Applied by mnjit.iree_runner to the model be
   reads, and its values get their static shapes.
 - Loop without a condition input (a trip count only: fori_loop): torch-mlir's conversion does not take the
   empty input. A constant true condition means the same. (While loops and loops with scan outputs are
-  refused by the target: targets_iree.py.)
+  refused by the target: targets/iree.py.)
 - ReduceL2 on float64: torch-mlir's conversion takes the square root in f32 (the sum truncated to f32,
   its sqrt extended back: the norm came back an f32 value, 2e-8 off), which put JAX-MD's f64 FIRE step 1e-9
   off jax.jit (its force norm). It becomes Sqrt(ReduceSumSquare), both kept in f64 by IREE.
@@ -59,6 +59,13 @@ _BEFORE_START = np.iinfo(np.int64).min  # a negative-step Slice's "through index
 _WIDE_INTS = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
 _WIDE_64 = {onnx.TensorProto.INT64, onnx.TensorProto.DOUBLE}
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def rewrite_for_iree(proto: onnx.ModelProto) -> bool:
+    """The target's rewrite: `for_iree` after shape inference, which the Slice, MatMul, ScatterND,
+    ReduceSumSquare and Pad rewrites read (the inferred value types stay in the model)."""
+    proto.CopyFrom(onnx.shape_inference.infer_shapes(proto, data_prop=True))
+    return for_iree(proto)
 
 
 def for_iree(proto: onnx.ModelProto) -> bool:
@@ -117,15 +124,6 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, np.ndarray], counter: list
             elif node.op_type == "Loop" and len(node.input) > 1 and node.input[0] and not node.input[1]:
                 node.input[1] = _scalar(graph, counter, np.bool_(True))
                 replacement = [node]
-            elif node.op_type in ("Max", "Min") and len(node.input) == 2 and elem_types.get(node.output[0]) in _FLOATS:
-                a, b = node.input
-                if b in constants and a not in constants:
-                    node.input[0], node.input[1] = b, a
-                    replacement = [node]
-                elif a not in constants:
-                    replacement = _nan_from(node, a, counter)
-            elif node.op_type == "Clip" and elem_types.get(node.input[0]) in _FLOATS:
-                replacement = _nan_from(node, node.input[0], counter)
             elif node.op_type == "ScatterND" and len(shapes.get(node.input[1], ())) == 1:
                 replacement = _one_more_update_axis(node, graph, counter)
             elif node.op_type == "ReduceL2" and elem_types.get(node.input[0]) == onnx.TensorProto.DOUBLE:
@@ -218,14 +216,6 @@ def _scalar(graph: onnx.GraphProto, counter: list[int], value: np.generic) -> st
     name = f"__iree_scalar{counter[0]}"
     graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
     return name
-
-
-def _nan_from(node, x: str, counter: list[int]) -> list[onnx.NodeProto]:
-    """`node`, then Where(IsNaN(x), x, node's result): x's NaNs come through as XLA's max/min/clamp give them."""
-    out = node.output[0]
-    raw, isnan = _fresh(out, counter), _fresh(out, counter)
-    node.output[0] = raw
-    return [node, helper.make_node("IsNaN", [x], [isnan]), helper.make_node("Where", [isnan, x, raw], [out])]
 
 
 def _sqrt_of_sum_square(node, counter: list[int]) -> list[onnx.NodeProto]:

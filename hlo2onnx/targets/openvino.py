@@ -1,4 +1,5 @@
-"""The data of the `openvino-cpu` target (built in targets.py): what OpenVINO's CPU plugin computes wrongly.
+"""The `openvino-cpu` target: what OpenVINO's CPU plugin computes wrongly, and the exact rewrites it needs
+(targets/openvino_rewrite.py).
 
 Measured with openvino 2026.4 at opset 21 (one tiny ONNX model per op and dtype against numpy, with the
 f32 precision hint; tests/test_openvino.py re-checks the refusals and runs the op tables on it):
@@ -22,6 +23,10 @@ f32 precision hint; tests/test_openvino.py re-checks the refusals and runs the o
   models from elsewhere checked against this target.
 """
 from __future__ import annotations
+
+from hlo2onnx.targets import ort
+from hlo2onnx.targets.openvino_rewrite import for_openvino
+from hlo2onnx.targets.profile import Target, parse_dtypes
 
 _EVERY = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64"
 _NARROW_INTS = "int8 uint8"
@@ -62,3 +67,16 @@ for _ops, _spec in (
 ):
     for _op in _ops.split():
         WRONG[_op] = f"{WRONG.get(_op, '')} {_spec}"
+
+
+OPENVINO_CPU = Target(
+    "openvino-cpu",
+    # ORT CPU's kernel table keeps the lowerings on paths the op tables test (f16 through f32, no bf16 math).
+    dict(ort.ORT_CPU.missing),
+    wrong={op: parse_dtypes(spec) for op, spec in WRONG.items()},
+    narrowed=parse_dtypes("float64 uint64"),
+    boundary_narrowed=parse_dtypes("int64"),
+    rewrites=(for_openvino,),
+    description="OpenVINO's CPU plugin (f32 precision hint); f64, 64-bit integer math, integer wraparound, "
+                "shifts and Pad(wrap) refused",
+    runtime="openvino", providers=(), device="cpu", fallback_chain=("ort-cpu",))

@@ -1,0 +1,34 @@
+"""ort-cpu's models for the test tables are byte for byte those of the reference (tests/data/ort_cpu_graphs.json,
+written by tests/graph_hashes.py before targets got NaN guards and rewrites in the pipeline): ORT propagates NaN
+through Max and Min and needs no rewrite, so its graphs, and its speed, must not change. The one addition,
+metadata_props' record of integer wraparound, is left out of the hash.
+
+The cases are split into shards so that pytest-xdist spreads them; a case whose StableHLO the reference lacks
+(lowered by another jax version than the reference's two) is not compared, and each shard must compare most
+of its cases.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graph_hashes import hashes
+
+REFERENCE = json.loads((Path(__file__).resolve().parent / "data" / "ort_cpu_graphs.json").read_text())
+SHARDS = 8
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_ort_cpu_graphs_unchanged(shard: int) -> None:
+    compared, changed, unknown = 0, [], 0
+    for module, model in hashes(shard, SHARDS):
+        if module not in REFERENCE:
+            unknown += 1
+            continue
+        compared += 1
+        if REFERENCE[module] != model:
+            changed.append(module)
+    assert not changed, f"{len(changed)} of {compared} ort-cpu graphs changed (StableHLO hashes {changed[:5]})"
+    assert compared > 4 * unknown, f"only {compared} compared, {unknown} not in the reference"
