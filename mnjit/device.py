@@ -29,9 +29,9 @@ class Runner(Protocol):
 
 
 _INSTALL = {
-    "CUDAExecutionProvider": "pip install 'mnjit[cuda]' (onnxruntime-gpu and jax's CUDA plugin, in place of "
+    "CUDAExecutionProvider": "pip install -e '.[cuda]' from mnjit's checkout (onnxruntime-gpu and jax's CUDA plugin, in place of "
                              "onnxruntime)",
-    "TensorrtExecutionProvider": "pip install 'mnjit[cuda]' and NVIDIA TensorRT",
+    "TensorrtExecutionProvider": "pip install -e '.[cuda]' from mnjit's checkout, and NVIDIA TensorRT",
 }
 
 

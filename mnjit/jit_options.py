@@ -45,7 +45,7 @@ def refuse_static_keywords(name: str, kwargs: dict, static_argnames: tuple[str, 
 def check_placement(target: hlo2onnx.Target, device: Any, backend: str | None, in_shardings: Any,
                     out_shardings: Any) -> None:
     """jax.jit's placement options, accepted where they name the device the target runs on already."""
-    platform = "cuda" if target.device == "cuda" else "cpu"
+    platform = "cuda" if target.device in ("cuda", "gpu") else "cpu"  # the GPU targets say "gpu"
     for name, value in (("device", device and device.platform), ("backend", backend)):
         if value is not None and value not in (platform, "gpu" if platform == "cuda" else platform):
             raise ValueError(f"{name}={value!r}: mnjit runs target {target.name!r} on {platform}; choose the target "

@@ -12,7 +12,7 @@ Open Inference Protocol's JSON, as Triton and KServe speak it:
 
 `@serve.batch` gathers concurrent requests into one ONNX Runtime run of at most --max-batch-size rows, made
 with mnjit's session settings (mnjit.runtime.session_options). Ray runs on this machine only (127.0.0.1, no
-dashboard, --num-cpus CPUs); Ctrl-C or SIGTERM shuts it down. Needs `pip install mnjit[ray]`.
+dashboard, --num-cpus CPUs); Ctrl-C or SIGTERM shuts it down. Needs `pip install -e '.[ray]'` from mnjit's checkout.
 """
 from __future__ import annotations
 

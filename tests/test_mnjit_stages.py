@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import hlo2onnx
 
 from harness import assert_same, rand
 from mnjit import MnjitFunction, mnjit
@@ -215,3 +216,17 @@ def test_cost_analysis_is_jax_jits(fallback):
     lowered = f.lower(x, y, power=2)
     assert lowered.cost_analysis()["flops"] == expected["flops"] > 0
     assert lowered.compile().cost_analysis()["flops"] == expected["flops"]
+
+
+@pytest.mark.parametrize("target, backend, ok", [("ort-cuda", "gpu", True), ("ort-cuda", "cuda", True),
+                                                 ("ort-cuda", "cpu", False), ("ort-cpu", "cpu", True),
+                                                 ("ort-cpu", "gpu", False), ("iree-cuda", "gpu", True)])
+def test_placement_names_the_target_device(target, backend, ok):
+    from mnjit import jit_options
+
+    target = hlo2onnx.targets.get(target)
+    if ok:
+        jit_options.check_placement(target, None, backend, None, None)
+    else:
+        with pytest.raises(ValueError, match=f"backend='{backend}'"):
+            jit_options.check_placement(target, None, backend, None, None)
