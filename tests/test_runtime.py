@@ -212,7 +212,9 @@ def test_a_2gb_closed_over_constant_calls_saves_and_reloads(tmp_path, hoisted):
         print(float(session.run(None, {{session.get_inputs()[0].name: np.asarray(1.5, np.float32)}})[0]))
     """, timeout=900)
     assert reload.returncode == 0, reload.stderr[-2000:]
-    assert float(reload.stdout.split()[-1]) == pytest.approx(theirs["result"], rel=1e-2)
+    # The reloaded model computes what mnjit's call did (ORT's f32 ReduceSum of 5.4e8 terms stalls at 2^28,
+    # where XLA's pairwise sum reaches 4.05e8: a summation-order difference test_first_call_peaks also allows).
+    assert float(reload.stdout.split()[-1]) == pytest.approx(ours["result"], rel=1e-6)
 
 
 def test_save_external_data_and_atomic_failure(tmp_path, monkeypatch):
