@@ -28,7 +28,10 @@ def test_ort_cpu_graphs_unchanged(shard: int) -> None:
             unknown += 1
             continue
         compared += 1
-        if REFERENCE[module] != model:
+        # A list: the graphs of each jax version, where the translation reads jax itself (the Erf and Gelu
+        # fusions' templates are jax's own lowering of erf and erfc).
+        want = REFERENCE[module]
+        if model not in (want if isinstance(want, list) else [want]):
             changed.append(module)
     assert not changed, f"{len(changed)} of {compared} ort-cpu graphs changed (StableHLO hashes {changed[:5]})"
     assert compared > 4 * unknown, f"only {compared} compared, {unknown} not in the reference"
