@@ -122,7 +122,8 @@ def portable_for(model: ir.Model, target: Target, fuse: bool = True) -> None:
 def rewritten_for(model: ir.Model, target: Target) -> ir.Model:
     """After the check: the ONNX functions of the custom ops the model calls, the target's exact rewrites in
     order (they change forms the table was measured on into ones the runtime takes: IREE's fori_loop Loop gets
-    a condition input, which the table would read as a while loop), and the record of what the model assumes.
+    a condition input, which the table would read as a while loop), and the record of what the model assumes
+    and of what its consumer must be told (`Target.metadata`).
     Every front end writes the result. Returns the model (a new one when anything changed it)."""
     if target.rewrites or target.functions:
         proto = ir.to_proto(model)
@@ -132,6 +133,7 @@ def rewritten_for(model: ir.Model, target: Target) -> ir.Model:
         if changed:
             model = ir.from_proto(proto)
     portable.record_assumptions(model)  # last: a rewrite may add integer arithmetic (IREE's Neg as Sub)
+    model.metadata_props.update(target.metadata)
     return model
 
 

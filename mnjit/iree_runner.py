@@ -35,12 +35,10 @@ from iree.compiler.ir import Context
 
 from hlo2onnx import compat
 from hlo2onnx.compat import mark_weak
+from hlo2onnx.targets.iree import COMPILE_FLAGS  # the flags every model for the IREE targets records
 from mnjit import background, persist
 from mnjit.runtime import complex_as_pairs, host_to_jax, pairs_as_complex
 
-# iree-compile's flags for every backend: IREE's torch input pipeline demotes f64 to f32 unless told not to
-# (measured: an f64 Add came back as f32 bytes).
-_NO_DEMOTION = ("--iree-input-demote-f64-to-f32=false", "--iree-input-demote-i64-to-i32=false")
 # The CUDA architectures iree-compile 3.13 has target details for (it refuses sm_90 with "missing GPU target";
 # measured): a newer GPU gets the newest of these at or below its own, whose PTX its driver compiles.
 CUDA_ARCHS = (89, 86, 80, 75, 70, 61, 60)
@@ -66,7 +64,7 @@ class Backend:
 # without a convolution compile to the same code.
 _CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
               "--iree-llvmcpu-target-cpu=host", "--iree-global-opt-use-im2col-for-convs")
-CPU = Backend("local-task", (*_CPU_FLAGS, *_NO_DEMOTION), "cpu")
+CPU = Backend("local-task", (*_CPU_FLAGS, *COMPILE_FLAGS), "cpu")
 
 
 def cuda_backend(device: jax.Device) -> Backend:
@@ -76,7 +74,7 @@ def cuda_backend(device: jax.Device) -> Backend:
     if arch is None:
         raise IreeCompileError(f"IREE compiles for CUDA sm_{CUDA_ARCHS[-1]} and newer; {device} is "
                                f"sm_{major}{minor}")
-    return Backend("cuda", ("--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{arch}", *_NO_DEMOTION),
+    return Backend("cuda", ("--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{arch}", *COMPILE_FLAGS),
                    "gpu")
 
 

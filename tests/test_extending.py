@@ -160,3 +160,13 @@ def test_declared_providers_with_options_run_in_ort() -> None:
     np.testing.assert_array_equal(np.asarray(mnjit(lambda x: x * 2 - 1, target=target)(X)), X * 2 - 1)
     with pytest.raises(ValueError, match="provider_options"):
         targets.declare("bad", providers=["CPUExecutionProvider"], provider_options=[{}, {}])
+
+
+def test_declared_metadata_reaches_every_model() -> None:
+    """`metadata` entries (what a consumer must be told) are added to `based_on`'s, in every front end's model."""
+    told = targets.declare("told", based_on="iree-cpu", metadata={"vendor.compile-flags": "--fast=no"})
+    lowered = jax.jit(lambda x: x * 2).lower(X)
+    for model in (hlo2onnx.convert(lowered, target=told).model, hlo2onnx.translate(lowered, target=told)):
+        assert model.metadata_props["vendor.compile-flags"] == "--fast=no"
+        assert "demote-f64-to-f32=false" in model.metadata_props["hlo2onnx.iree-compile-flags"]
+    assert "hlo2onnx.iree-compile-flags" not in hlo2onnx.translate(lowered).metadata_props  # ort-cpu's own

@@ -110,6 +110,7 @@ class GeluTanh(Fusion):
 
     def check(self, context, x, c, k, half, one, **_) -> MatchResult:
         result = self.available(x)
+        result = self.available(x, "Gelu:tanh") if result else result  # a target may refuse only this form
         return _constants(result, c=(c, math.sqrt(2 / math.pi)), k=(k, 0.044715), half=(half, 0.5),
                           one=(one, 1)) if result else result
 

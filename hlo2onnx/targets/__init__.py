@@ -87,7 +87,7 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
             provider_options: Iterable[Mapping[str, str]] = (), fusions: Iterable = (),
             custom_ops: Mapping[str, Iterable[str]] | None = None, functions: Iterable = (),
             static_shapes: bool = False, missing: Mapping[str, Iterable[str]] | None = None,
-            description: str = "") -> Target:
+            metadata: Mapping[str, str] | None = None, description: str = "") -> Target:
     """A target for a consumer of your own (docs/extending.md), not registered (see `register`).
 
     `ops`: the ONNX ops it accepts (None: any); `dtypes`: the element types it accepts, by numpy name
@@ -104,7 +104,8 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
     accepts; `functions`: ONNX functions (onnx.FunctionProto) defining any of them, added to each model that
     calls one. `static_shapes`: a model with a symbolic dim at an input or output is refused. `missing`: ops
     (by name) and the dtypes the consumer has no kernel for, which rules compute in a wider dtype where there
-    is one (default: none where `ops` is given, else `based_on`'s gaps).
+    is one (default: none where `ops` is given, else `based_on`'s gaps). `metadata`: entries every model for
+    the target carries in its metadata_props (what its consumer must be told), added to `based_on`'s.
     """
     base = get(based_on)
     if opset is not None:
@@ -123,5 +124,6 @@ def declare(name: str, *, ops: Iterable[str] | None = None, dtypes: Iterable[str
                    propagates_nan=propagates_nan, runner=runner, providers=providers, provider_options=options,
                    fusions=tuple(fusions), functions=tuple(functions), static_shapes=static_shapes,
                    custom_ops={domain: frozenset(names) for domain, names in (custom_ops or {}).items()},
+                   metadata={**base.metadata, **(metadata or {})},
                    description=description or f"declared target {name}", fallback=None, fallback_chain=(),
                    expanded=frozenset({"IsNaN", "IsInf"}) - accepted_ops if accepted_ops is not None else frozenset())

@@ -15,12 +15,24 @@ from hlo2onnx.targets.rounding import FORMATS, round_as
 
 # OpenVINO's Greater and GreaterOrEqual are true when an operand is NaN; Less and LessOrEqual are right.
 _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
+# Unary float ops whose answer OpenVINO gets wrong at one special input x, where the right answer is x itself:
+# Exp(NaN) is inf (so are cosh, exp2 and logsumexp of NaN, written with Exp) and Gelu(inf) is NaN. Each becomes
+# Where(test(x), x, op(x)); the test is an (op_type, attributes) pair.
+_SPECIAL_INPUT = {"Exp": ("IsNaN", {}), "Gelu": ("IsInf", {"detect_negative": 0})}
+# Softmax and LogSoftmax skip NaN (and inf - inf) in a row where XLA's max-subtracted form makes the whole row
+# NaN: the row's sum of x - max(x) is NaN exactly then (its other terms are <= 0), and it is passed on.
+_ROW_WISE = ("Softmax", "LogSoftmax")
+# ReduceMax of a row of -inf gives f32's lowest finite value, ReduceMin of +inf its highest (its initial value):
+# where the row holds nothing else, the infinity is put back.
+_EXTREME = {"ReduceMax": -1, "ReduceMin": 1}
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
 
 
 def for_openvino(proto: onnx.ModelProto) -> bool:
     """Rewrites `proto` in place (subgraphs included); True if anything changed."""
     types, ranks = _elem_types(proto.graph, {}, {})
-    return _rewrite(proto.graph, frozenset(), frozenset(), types, ranks, [0])
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 21)
+    return _rewrite(proto.graph, frozenset(), frozenset(), types, ranks, [0], opset)
 
 
 def _elem_types(graph: onnx.GraphProto, types: dict[str, int],
@@ -43,7 +55,7 @@ def _elem_types(graph: onnx.GraphProto, types: dict[str, int],
 
 
 def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: frozenset[str],
-             types: dict[str, int], ranks: dict[str, int], counter: list[int]) -> bool:
+             types: dict[str, int], ranks: dict[str, int], counter: list[int], opset: int) -> bool:
     """`outer_*`: empty shape constants and constants of enclosing graphs, which Loop/If bodies read by name."""
     constants = set(outer_const) | {t.name for t in graph.initializer} | {
         n.output[0] for n in graph.node if n.op_type == "Constant"}
@@ -79,6 +91,18 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
             node.op_type = _MIRRORED[node.op_type]
             node.input[0], node.input[1] = node.input[1], node.input[0]
             changed = True
+        elif node.op_type in _SPECIAL_INPUT and types.get(node.input[0]) in _FLOATS:
+            new_nodes += _pass_special_input(node, counter)
+            changed = True
+            continue
+        elif node.op_type in _ROW_WISE and types.get(node.input[0]) in _FLOATS:
+            new_nodes += _poison_rows(node, counter, opset)
+            changed = True
+            continue
+        elif node.op_type in _EXTREME and types.get(node.input[0]) in _FLOATS:
+            new_nodes += _restore_infinity(node, counter, types[node.input[0]])
+            changed = True
+            continue
         elif node.op_type in ("Max", "Min") and len(node.input) == 2:
             # OpenVINO fuses Min and Max with one-element constants into a Clamp of the other operand's shape,
             # dropping the rank the constant broadcasts it to (Min(x[], c[1]) came back as []): the other
@@ -98,12 +122,69 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
                     changed = True
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                changed |= _rewrite(sub, frozenset(empty), frozenset(constants), types, ranks, counter)
+                changed |= _rewrite(sub, frozenset(empty), frozenset(constants), types, ranks, counter, opset)
         new_nodes.append(node)
     if changed:
         del graph.node[:]
         graph.node.extend(new_nodes)
     return changed
+
+
+def _pass_special_input(node: onnx.NodeProto, counter: list[int]) -> list[onnx.NodeProto]:
+    """`node`, writing a new name, then Where(test(x), x, node's result) under its output's name."""
+    counter[0] += 1
+    x, out = node.input[0], node.output[0]
+    computed, special = f"{out}__ov_op{counter[0]}", f"{out}__ov_special{counter[0]}"
+    node.output[0] = computed
+    test, attributes = _SPECIAL_INPUT[node.op_type]
+    return [node, helper.make_node(test, [x], [special], **attributes),
+            helper.make_node("Where", [special, x, computed], [out])]
+
+
+def _poison_rows(node: onnx.NodeProto, counter: list[int], opset: int) -> list[onnx.NodeProto]:
+    """`node` (Softmax or LogSoftmax), writing a new name, then Where(IsNaN(s), s, its result) under its output's
+    name, where s = ReduceSum(x - ReduceMax(x)) along its axis."""
+    counter[0] += 1
+    x, out, tag = node.input[0], node.output[0], f"{node.output[0]}__ov_row{counter[0]}"
+    node.output[0] = f"{tag}_op"
+    axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+    axes = [helper.make_node("Constant", [], [f"{tag}_axes"], value=helper.make_tensor(
+        f"{tag}_axes", onnx.TensorProto.INT64, [1], [axis]))]
+
+    def reduce(op: str, value: str, name: str, axes_as_input: bool) -> onnx.NodeProto:
+        if axes_as_input:
+            return helper.make_node(op, [value, f"{tag}_axes"], [name], keepdims=1)
+        return helper.make_node(op, [value], [name], axes=[axis], keepdims=1)
+
+    return [node, *axes,
+            reduce("ReduceMax", x, f"{tag}_max", opset >= 18),
+            helper.make_node("Sub", [x, f"{tag}_max"], [f"{tag}_shifted"]),
+            reduce("ReduceSum", f"{tag}_shifted", f"{tag}_sum", opset >= 13),
+            helper.make_node("IsNaN", [f"{tag}_sum"], [f"{tag}_nan"]),
+            helper.make_node("Where", [f"{tag}_nan", f"{tag}_sum", node.output[0]], [out])]
+
+
+def _restore_infinity(node: onnx.NodeProto, counter: list[int], elem_type: int) -> list[onnx.NodeProto]:
+    """`node` (ReduceMax or ReduceMin), writing a new name, then Where(every reduced value is that infinity,
+    the infinity, its result) under its output's name. The test is a ReduceMin of IsInf as 0/1 over the same
+    axes (a copy of `node` on it)."""
+    counter[0] += 1
+    sign = _EXTREME[node.op_type]
+    x, out, tag = node.input[0], node.output[0], f"{node.output[0]}__ov_inf{counter[0]}"
+    node.output[0] = f"{tag}_op"
+    every = onnx.NodeProto()
+    every.CopyFrom(node)
+    every.op_type, every.input[0], every.output[0] = "ReduceMin", f"{tag}_is", f"{tag}_every"
+    infinity = helper.make_tensor(f"{tag}_value", onnx.TensorProto.FLOAT, [], [sign * float("inf")])
+    return [node,
+            helper.make_node("IsInf", [x], [f"{tag}_isinf"], detect_negative=int(sign < 0),
+                             detect_positive=int(sign > 0)),
+            helper.make_node("Cast", [f"{tag}_isinf"], [f"{tag}_is"], to=onnx.TensorProto.FLOAT),
+            every,
+            helper.make_node("Cast", [f"{tag}_every"], [f"{tag}_all"], to=onnx.TensorProto.BOOL),
+            helper.make_node("Constant", [], [f"{tag}_f32"], value=infinity),
+            helper.make_node("Cast", [f"{tag}_f32"], [f"{tag}_value"], to=elem_type),
+            helper.make_node("Where", [f"{tag}_all", f"{tag}_value", node.output[0]], [out])]
 
 
 def _cast_to(node: onnx.NodeProto) -> int:

@@ -122,6 +122,9 @@ class Target:
     functions: tuple[onnx.FunctionProto, ...] = ()
     # The consumer takes static shapes only: a model input or output with a symbolic dim is refused.
     static_shapes: bool = False
+    # What the consumer must be told to compute the model as written (IREE's compile flags), recorded in every
+    # model's metadata_props for this target.
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # the op and dtype tables would print ~14 KB per target
         return f"Target({self.name!r}, runtime={self.runtime!r}, device={self.device!r})"

@@ -95,8 +95,7 @@ def _reasons(node: ir.Node, target: Target) -> Iterable[str]:
 def _kernel_key(node: ir.Node) -> str:
     """The op's key in a `wrong` table: Pad and the scatters differ by mode or reduction (`ScatterND:add`),
     casts by the dtype they make (`Cast:int64`), MaxPool by whether it pads (`MaxPool:padded`), TopK by whether its
-    indices are read (`TopK:indices`), Loop
-    by whether it has scan outputs (`Loop:scan`) or a condition (`Loop:while`)."""
+    indices are read (`TopK:indices`), Gelu by its form (`Gelu:tanh`), Loop by whether it has scan outputs (`Loop:scan`) or a condition (`Loop:while`)."""
     if node.op_type == "TopK" and len(node.outputs) > 1 and (node.outputs[1].uses()
                                                               or node.outputs[1].is_graph_output()):
         return "TopK:indices"  # the order of ties shows only in the indices
@@ -108,6 +107,8 @@ def _kernel_key(node: ir.Node) -> str:
         return "MaxPool:padded"  # padding of its own (IREE pads integers with 0, not the type's lowest value)
     if node.op_type == "Cast" and node.outputs[0].dtype is not None:  # keyed by the dtype it makes
         return f"Cast:{np.dtype(node.outputs[0].dtype.numpy()).name}"
+    if node.op_type == "Gelu" and node.attributes.get_string("approximate", "none") == "tanh":
+        return "Gelu:tanh"
     attr = node.attributes.get("mode" if node.op_type == "Pad" else "reduction")
     if node.op_type in ("Pad", "ScatterND", "ScatterElements") and attr is not None:
         return f"{node.op_type}:{attr.value}"
