@@ -10,7 +10,7 @@ from jax import lax
 from jax._src.lax.lax import eq_to_p, le_to_p, lt_to_p  # the only way to emit a bare TOTALORDER compare
 
 from harness import Case, rand, run_case
-from hlo2onnx.ops import sort as sort_module
+from hlo2onnx.ops.sort import sort as sort_module
 from mnjit import mnjit
 
 F32, F16, F64 = np.float32, np.float16, np.float64

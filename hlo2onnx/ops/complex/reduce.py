@@ -1,0 +1,82 @@
+"""Complex reduce and reduce_window with a body other than a sum (or, for reduce, a product).
+
+JAX writes complex max/min as a body that compares (real, imag) lexicographically
+and selects one argument; mul is a complex multiply. Such bodies run here on
+whole pair tensors (real, imag on a trailing axis) through their ordinary complex
+rules:
+- reduce_window folds each window's elements in row-major order from init, as
+  XLA on CPU does (window_variadic.fold_windows);
+- reduce of a chooser body (one that returns one of its arguments: max, min)
+  halves the reduced axis log2(n) times; a choice between equal values is the
+  same whichever way round, so the order does not matter.
+"""
+from __future__ import annotations
+
+import math
+
+from hlo2onnx.ops.core import shape as shape_ops
+from hlo2onnx.ops.window import reduce_window as window
+from hlo2onnx.ops.window.reduce_window import ELEMENTWISE_BODY_OPS, Window
+from hlo2onnx.ops.window.variadic import fold_windows
+from hlo2onnx.translator import RuleContext
+
+_COMPLEX_PARTS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex"}
+
+
+def body_applier(ctx: RuleContext, body):
+    """window.body_applier, with the ops that take complex numbers apart and back."""
+    return window.body_applier(ctx, body, ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS)
+
+
+def complex_reduce_window(ctx: RuleContext, x, init, win: Window):
+    body = ctx.hlo_op.regions[0].blocks[0]
+    pair = Window(win.size + (1,), win.stride + (1,), win.lo + (0,), win.hi + (0,), win.base_dilation + (1,),
+                  win.dilation + (1,))
+    storage = ctx.out_type.storage
+    init = ctx.b.op("Reshape", init, ctx.b.shape_const([1] * len(win.size) + [2]))
+    return fold_windows(ctx.b, [x], [init], body_applier(ctx, body), pair, list(ctx.in_types[0].storage.shape),
+                        list(storage.shape), [storage.dtype])[0]
+
+
+def is_chooser(body, count: int = 1) -> bool:
+    """Each of the body's `count` results chooses between its own pair of arguments (accumulator i and
+    element i, either way round): a select of the two, or (for a real operand beside a complex one) their
+    maximum or minimum."""
+    ret = list(body.operations)[-1]
+    args = list(body.arguments)
+    for i, value in enumerate(ret.operands):
+        op = value.owner
+        name = op.operation.name if op is not None and hasattr(op, "operation") else None
+        choices = (list(op.operands[1:]) if name == "stablehlo.select" else
+                   list(op.operands) if name in ("stablehlo.maximum", "stablehlo.minimum") else None)
+        if choices is None or set(choices) != {args[i], args[count + i]}:
+            return False
+    return True
+
+
+def complex_reduce_chooser(ctx: RuleContext, operands: list, dimensions) -> list:
+    """Reduce by a chooser body (over one operand or several, one choice each): halve the reduced (flattened,
+    leading) axis, then choose against init. Returns one result per operand."""
+    b = ctx.b
+    body = ctx.hlo_op.regions[0].blocks[0]
+    count = len(operands) // 2
+    if not is_chooser(body, count):
+        raise NotImplementedError("complex reduce with a body other than add, multiply, or a choice (max, min)")
+    apply = body_applier(ctx, body)
+    shape = ctx.in_types[0].shape
+    rest = [d for d in range(len(shape)) if d not in dimensions]
+    n = math.prod(shape[d] for d in dimensions)
+    pairs = [t.storage.shape != t.shape for t in ctx.in_types[:count]]  # complex operands keep a pair axis
+    outs = [[shape[d] for d in rest] + [2] * pair for pair in pairs]
+    xs = [shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, *[len(shape)] * pair]),
+                               [n, *out]) for x, pair, out in zip(operands[:count], pairs, outs)]
+
+    def rows(v, lo, hi):
+        return b.op("Slice", v, b.shape_const([lo]), b.shape_const([hi]), b.shape_const([0]))
+    while n > 1:
+        half, odd = n // 2, n % 2
+        chosen = apply([rows(x, 0, half) for x in xs], [rows(x, half, 2 * half) for x in xs])
+        xs = [b.op("Concat", c, rows(x, 2 * half, n), axis=0) if odd else c for c, x in zip(chosen, xs)]
+        n = half + odd
+    results = apply(list(operands[count:]), [shape_ops.reshape_to(b, x, out) for x, out in zip(xs, outs)])
+    return [b.op("Expand", r, b.shape_const(out)) for r, out in zip(results, outs)]
