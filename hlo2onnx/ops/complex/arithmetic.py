@@ -23,7 +23,7 @@ from hlo2onnx.ops.elementwise import arithmetic as elementwise
 from hlo2onnx.ops.core import shape as shape_ops
 from hlo2onnx.ops.core.reduce import single_reducer
 from hlo2onnx.ops.elementwise.special import atan2_values, sign_bit
-from hlo2onnx.ops.window.reduce_window import Window
+from hlo2onnx.ops.window.windows import Window
 from hlo2onnx.registry import RULES, register, register_complex
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_complex, real_dtype

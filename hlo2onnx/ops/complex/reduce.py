@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 
-from hlo2onnx.ops.core import shape as shape_ops
-from hlo2onnx.ops.window import reduce_window as window
-from hlo2onnx.ops.window.reduce_window import ELEMENTWISE_BODY_OPS, Window
+from hlo2onnx.ops.core.shape import reshape_to, transpose_to
+from hlo2onnx.ops.window.windows import ELEMENTWISE_BODY_OPS, Window, body_applier as real_body_applier
 from hlo2onnx.ops.window.variadic import fold_windows
 from hlo2onnx.translator import RuleContext
 
@@ -24,8 +23,8 @@ _COMPLEX_PARTS = {"stablehlo.real", "stablehlo.imag", "stablehlo.complex"}
 
 
 def body_applier(ctx: RuleContext, body):
-    """window.body_applier, with the ops that take complex numbers apart and back."""
-    return window.body_applier(ctx, body, ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS)
+    """windows.body_applier, with the ops that take complex numbers apart and back."""
+    return real_body_applier(ctx, body, ELEMENTWISE_BODY_OPS | _COMPLEX_PARTS)
 
 
 def complex_reduce_window(ctx: RuleContext, x, init, win: Window):
@@ -68,7 +67,7 @@ def complex_reduce_chooser(ctx: RuleContext, operands: list, dimensions) -> list
     n = math.prod(shape[d] for d in dimensions)
     pairs = [t.storage.shape != t.shape for t in ctx.in_types[:count]]  # complex operands keep a pair axis
     outs = [[shape[d] for d in rest] + [2] * pair for pair in pairs]
-    xs = [shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, *[len(shape)] * pair]),
+    xs = [reshape_to(b, transpose_to(b, x, [*dimensions, *rest, *[len(shape)] * pair]),
                                [n, *out]) for x, pair, out in zip(operands[:count], pairs, outs)]
 
     def rows(v, lo, hi):
@@ -78,5 +77,5 @@ def complex_reduce_chooser(ctx: RuleContext, operands: list, dimensions) -> list
         chosen = apply([rows(x, 0, half) for x in xs], [rows(x, half, 2 * half) for x in xs])
         xs = [b.op("Concat", c, rows(x, 2 * half, n), axis=0) if odd else c for c, x in zip(chosen, xs)]
         n = half + odd
-    results = apply(list(operands[count:]), [shape_ops.reshape_to(b, x, out) for x, out in zip(xs, outs)])
+    results = apply(list(operands[count:]), [reshape_to(b, x, out) for x, out in zip(xs, outs)])
     return [b.op("Expand", r, b.shape_const(out)) for r, out in zip(results, outs)]

@@ -23,7 +23,7 @@ from hlo2onnx.ops.core import dims as symbolic
 from hlo2onnx.ops.linalg.kit import loop, loop_step
 from hlo2onnx.ops.core.reduce import single_reducer
 from hlo2onnx.ops.core.shape import reshape_to, transpose_to
-from hlo2onnx.ops.window.reduce_window import body_applier
+from hlo2onnx.ops.window.windows import body_applier
 from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_bool, is_float

@@ -17,7 +17,7 @@ from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.ops.core.dims import known_entries, refuse
 from hlo2onnx.ops.core.shape import reshape_to, transpose_to
-from hlo2onnx.ops.window.reduce_window import axis_slice, dilate
+from hlo2onnx.ops.window.windows import axis_slice, dilate
 from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 

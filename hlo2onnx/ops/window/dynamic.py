@@ -15,8 +15,8 @@ from jax.extend.mlir import ir as mlir
 from hlo2onnx.builder import graph_input
 from hlo2onnx.ops.core import dims
 from hlo2onnx.ops.core.reduce import is_constant, single_reducer
-from hlo2onnx.ops.window.reduce_window import DIRECT_WINDOW, COMBINE, Window, combine, identity, reduce_window_with, \
-    symbolic_window_axis
+from hlo2onnx.ops.window.reduce_window import reduce_window_with, symbolic_window_axis
+from hlo2onnx.ops.window.windows import COMBINE, DIRECT_WINDOW, Window, combine, identity
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_bool

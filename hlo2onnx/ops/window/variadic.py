@@ -17,7 +17,7 @@ from math import prod
 
 import numpy as np
 
-from hlo2onnx.ops.window.reduce_window import ELEMENTWISE_BODY_OPS, Window, axis_slice, pad_and_dilate
+from hlo2onnx.ops.window.windows import ELEMENTWISE_BODY_OPS, Window, axis_slice, pad_and_dilate
 from hlo2onnx.translator import RuleContext
 
 # Most elements one window may hold (the fold is unrolled).
