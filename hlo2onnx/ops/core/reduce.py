@@ -6,7 +6,7 @@ import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
-from hlo2onnx.ops.sort.sort import flip_top_bit
+from hlo2onnx.ops.core.order import flip_top_bit
 from hlo2onnx.ops.core.shape import transpose_to
 from hlo2onnx.registry import register
 from hlo2onnx.types import is_bool, is_float, onnx_dtype

@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.ops.elementwise.fmod import fmod
-from hlo2onnx.ops.sort.sort import total_order_compare
+from hlo2onnx.ops.core.order import total_order_compare
 from hlo2onnx.ops.elementwise.special import in_compute_dtype
 from hlo2onnx.patterns.cleanup import const_array, splat_of
 from hlo2onnx.registry import register

@@ -32,7 +32,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
-from hlo2onnx.ops.linalg.kit import loop
+from hlo2onnx.ops.control.loops import loop
 from hlo2onnx.types import TensorType, set_type
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)

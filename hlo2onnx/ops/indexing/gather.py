@@ -20,7 +20,7 @@ from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.core import dims as symbolic
-from hlo2onnx.ops.linalg.kit import loop, loop_step
+from hlo2onnx.ops.control.loops import loop, loop_step
 from hlo2onnx.ops.core.reduce import single_reducer
 from hlo2onnx.ops.core.shape import reshape_to, transpose_to
 from hlo2onnx.ops.window.windows import body_applier

@@ -1,25 +1,22 @@
 """The kit the linear-algebra rules share (linalg.py, linalg_eig.py, linalg_complex.py, linalg_geev.py): batched
 (B, rows, cols) views, matrices as planes (one real matrix, or a complex one's real and imaginary parts), index
-constants, Householder reflectors, LAPACK's info, and ONNX Loops whose bodies work on whole batches."""
+constants, Householder reflectors and LAPACK's info (their ONNX Loops: control/loops.py)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.builder import Builder, graph_input
+from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex import arithmetic as complex_ops
 from hlo2onnx.ops.core import dims
 from hlo2onnx.ops.core.shape import merged, reshape_to
-from hlo2onnx.types import TensorType, is_float, set_type
+from hlo2onnx.ops.control.loops import loop_step
+from hlo2onnx.types import TensorType, is_float
 
 _INT64_MIN = np.iinfo(np.int64).min
-_I64 = TensorType((), np.dtype(np.int64))
-_BOOL = TensorType((), np.dtype(np.bool_))
 _TRANSPOSED = [0, 2, 1]
-# (loop builder, step, carried values) -> (new carried values, rows of the scan outputs)
-Body = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], Sequence[ir.Value]]]
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -189,11 +186,6 @@ def iota(b: Builder, n: int, shape: Sequence[int]) -> ir.Value:
     return b.const(np.arange(n, dtype=np.int64).reshape(shape))
 
 
-def loop_step(b: Builder, k: ir.Value) -> ir.Value:
-    """The loop step as a one-element index: Gather with it keeps the gathered axis."""
-    return reshape_to(b, k, [1])
-
-
 def transposed(b: Builder, x: ir.Value) -> ir.Value:
     return b.op("Transpose", x, perm=_TRANSPOSED)
 
@@ -226,44 +218,3 @@ def first_failure(b: Builder, failed: ir.Value, ttype: TensorType, like: ir.Valu
     return unbatched(b, info, list(ttype.shape), like)
 
 
-def _loop(b: Builder, name: str, trip: int | ir.Value, go_on: ir.Value | None, inits: Sequence[ir.Value],
-          types: Sequence[TensorType], row_types: Sequence[TensorType], body) -> list[ir.Value]:
-    """The ONNX Loop both builders below make; `body(sb, step, cond, carried)` -> (flag, outs, rows). A trip
-    count known only at run time (an int64 scalar value) takes no scan outputs."""
-    if isinstance(trip, ir.Value) and row_types:
-        raise ValueError("a Loop with a run-time trip count stacks no rows")
-    sb = b.subgraph(name)
-    step, cond = graph_input(_I64), graph_input(_BOOL)
-    carried = [graph_input(t) for t in types]
-    flag, outs, rows = body(sb, step, cond, carried)
-    graph = sb.finish_subgraph([step, cond, *carried], [flag, *outs, *rows], [_BOOL, *types, *row_types])
-    trip_count = trip if isinstance(trip, ir.Value) else b.const(np.int64(trip))
-    results = b.ops("Loop", trip_count, go_on, *inits, body=graph,
-                    num_outputs=len(types) + len(row_types))
-    stacked = [TensorType((trip, *t.shape), t.dtype) for t in row_types]
-    for value, ttype in zip(results, [*types, *stacked]):
-        set_type(value, ttype)
-    return list(results)
-
-
-def loop(b: Builder, name: str, trip: int | ir.Value, inits: Sequence[ir.Value], types: Sequence[TensorType],
-         body: Body, row_types: Sequence[TensorType] = ()) -> list[ir.Value]:
-    """An ONNX Loop of `trip` steps (a constant, or an int64 scalar computed at run time) carrying `inits`; scan
-    outputs stack the rows `body` yields."""
-    def steps(sb, step, cond, carried):
-        outs, rows = body(sb, step, carried)
-        return cond, outs, rows
-    return _loop(b, name, trip, None, inits, types, row_types, steps)
-
-
-# (loop builder, step, carried values) -> (new carried values, whether to go on: a bool scalar)
-Until = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], ir.Value]]
-
-
-def loop_until(b: Builder, name: str, trip: int, go_on: ir.Value, inits: Sequence[ir.Value],
-               types: Sequence[TensorType], body: Until) -> list[ir.Value]:
-    """An ONNX Loop of at most `trip` steps carrying `inits`, run while `go_on` (then the body's flag) holds."""
-    def steps(sb, step, cond, carried):
-        outs, flag = body(sb, step, carried)
-        return flag, outs, []
-    return _loop(b, name, trip, go_on, inits, types, (), steps)
