@@ -1,253 +1,25 @@
-"""Ops on complex tensors, which the graph holds as float (real, imag) pairs on a trailing axis.
+"""Complex arithmetic and functions: the pair is split into (real, imag) planes, combined with XLA's formulas
+(xla/service/elemental_ir_emitter.cc) and joined back; dot_general as one real dot_general.
 
-The translator sends every op that touches a complex type here (registry.COMPLEX_RULES):
-- data movement and the ops that act on each part alike (add, reshape, slice, gather, while ...)
-  run the ordinary rule on the pair tensors: `_lift` hands it the storage types and
-  extends its axis attributes by the pair axis;
-- arithmetic and functions split the pair into (real, imag) planes of shape S + (1,),
-  combine them with XLA's formulas (xla/service/elemental_ir_emitter.cc) and join them back.
-An op with no entry here is refused naming the op ("complex operands are not supported").
+`multiply`, `divide` and `sqrt` are public: the complex LAPACK routines (linalg/) compute with them.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import numpy as np
 import onnx_ir as ir
-from jax.extend.mlir.dialects import stablehlo
 
-from hlo2onnx.ops.elementwise import arithmetic as elementwise
+from hlo2onnx.ops.complex.pairs import Z, from_real, join, split
 from hlo2onnx.ops.core import shape as shape_ops
-from hlo2onnx.ops.core.reduce import single_reducer
 from hlo2onnx.ops.elementwise.special import atan2_values, sign_bit
-from hlo2onnx.ops.window.windows import Window
-from hlo2onnx.registry import RULES, register, register_complex
+from hlo2onnx.registry import RULES, register_complex
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, is_complex, real_dtype
 
 
-class Z(NamedTuple):
-    """A complex value as two planes of shape S + (1,): they broadcast against each other and join by Concat."""
-
-    re: ir.Value
-    im: ir.Value
-
-
-# -- the pair representation ------------------------------------------------------------
-def as_pairs(ctx: RuleContext):
-    """`ctx` as a rule sees it when it runs on the pair tensors: the storage types."""
-    return dataclasses.replace(ctx, in_types=[t.storage for t in ctx.in_types],
-                               out_types=[t.storage for t in ctx.out_types])
-
-
-def split(b, x: ir.Value) -> Z:
-    re, im = b.ops("Split", x, b.shape_const([1, 1]), num_outputs=2, axis=-1)
-    return Z(re, im)
-
-
-def join(b, z: Z) -> ir.Value:
-    return b.op("Concat", z.re, z.im, axis=-1)
-
-
-def part(b, x: ir.Value, index: int) -> ir.Value:
-    """The real (0) or imaginary (1) part of a pair tensor, without the pair axis."""
-    return b.op("Gather", x, b.const(np.int64(index)), axis=-1)
-
-
-def from_real(b, x: ir.Value, ttype: TensorType, dtype: np.dtype) -> ir.Value:
-    """The pair tensor of real `x` (of type `ttype`) as complex `dtype`: a zero imaginary part, even for NaN."""
-    x = b.op("Unsqueeze", b.cast(x, real_dtype(dtype)), b.shape_const([-1]))
-    return b.op("Concat", x, b.splat(0, real_dtype(dtype), ttype.shape + (1,)), axis=-1)
-
-
-# -- rules that run the ordinary rule on the pair tensors -----------------------------------
-def _lift(extend: Callable[..., dict] | None, ctx: RuleContext, *inputs, **attrs):
-    rule = RULES[ctx.hlo_op.name]
-    return rule(as_pairs(ctx), *inputs, **(extend(ctx, **attrs) if extend else attrs))
-
-
-for _name in ("add", "subtract", "negate", "reshape", "concatenate", "reverse", "dynamic_update_slice",
-              "while", "if", "case", "optimization_barrier"):
-    register_complex(f"stablehlo.{_name}")(partial(_lift, None))
-register_complex("func.call", "sdy.sharding_constraint")(partial(_lift, None))
-
-
-def _with_pair_axis(ctx: RuleContext, **attrs) -> dict:
-    """Axis attributes extended by the trailing pair axis, which every op keeps whole."""
-    extra = {"permutation": ctx.in_types[0].rank, "broadcast_dimensions": ctx.out_type.rank,
-             "start_indices": 0, "limit_indices": 2, "strides": 1, "slice_sizes": 2}
-    return {k: (*v, extra[k]) if k in extra else v for k, v in attrs.items()}
-
-
-for _name in ("transpose", "broadcast_in_dim", "slice", "dynamic_slice"):
-    register_complex(f"stablehlo.{_name}")(partial(_lift, _with_pair_axis))
-
-
-@register_complex("stablehlo.gather")
-def gather(ctx: RuleContext, operand, indices, *, dimension_numbers, **attrs):
-    dn = stablehlo.GatherDimensionNumbers(dimension_numbers)
-    pair_dn = stablehlo.GatherDimensionNumbers.get(
-        offset_dims=[*dn.offset_dims, ctx.out_type.rank], collapsed_slice_dims=dn.collapsed_slice_dims,
-        operand_batching_dims=dn.operand_batching_dims, start_indices_batching_dims=dn.start_indices_batching_dims,
-        start_index_map=dn.start_index_map, index_vector_dim=dn.index_vector_dim, context=ctx.hlo_op.context)
-    return RULES["stablehlo.gather"](as_pairs(ctx), operand, indices, dimension_numbers=pair_dn,
-                                     **_with_pair_axis(ctx, **attrs))
-
-
-@register_complex("stablehlo.scatter")
-def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, **hints):
-    body = ctx.hlo_op.regions[0].blocks[0]
-    ops = list(body.operations)
-    replaces = len(ops) == 1 and list(ops[0].operands) == [body.arguments[1]]
-    if not replaces and single_reducer(body) != "stablehlo.add":
-        # mul, max, min (a lexicographic choice) ...: the body itself, one index row at a time, in order
-        from hlo2onnx.ops.complex.reduce import body_applier  # builds on this module's rules
-        apply = body_applier(ctx, body)
-        hints["combine"] = lambda sb, current, update: apply([current], [update], sb)[0]
-    dn = stablehlo.ScatterDimensionNumbers(scatter_dimension_numbers)
-    pair_dn = stablehlo.ScatterDimensionNumbers.get(
-        update_window_dims=[*dn.update_window_dims, ctx.in_types[-1].rank],
-        inserted_window_dims=dn.inserted_window_dims, input_batching_dims=dn.input_batching_dims,
-        scatter_indices_batching_dims=dn.scatter_indices_batching_dims,
-        scattered_dims_to_operand_dims=dn.scattered_dims_to_operand_dims, index_vector_dim=dn.index_vector_dim,
-        context=ctx.hlo_op.context)
-    return RULES["stablehlo.scatter"](as_pairs(ctx), *args, scatter_dimension_numbers=pair_dn, **hints)
-
-
-@register_complex("stablehlo.reduce")
-def reduce(ctx: RuleContext, *operands, dimensions):
-    from hlo2onnx.ops.complex.reduce import complex_reduce_chooser  # builds on this module's rules
-    if len(operands) != 2:  # several operands: only choices (max/min, one per operand) are translated
-        return complex_reduce_chooser(ctx, list(operands), dimensions)
-    reducer = single_reducer(ctx.hlo_op.regions[0].blocks[0])
-    if reducer == "stablehlo.add":  # sums each part alike
-        return RULES["stablehlo.reduce"](as_pairs(ctx), *operands, dimensions=dimensions)
-    if reducer == "stablehlo.multiply":
-        return _reduce_product(ctx, *operands, dimensions=dimensions)
-    return complex_reduce_chooser(ctx, list(operands), dimensions)[0]
-
-
-@register_complex("stablehlo.reduce_window")
-def reduce_window(ctx: RuleContext, x, init, *, window_dimensions, window_strides=None, base_dilations=None,
-                  window_dilations=None, padding=None):
-    rank = len(window_dimensions)
-    if single_reducer(ctx.hlo_op.regions[0].blocks[0]) != "stablehlo.add":
-        from hlo2onnx.ops.complex.reduce import complex_reduce_window  # builds on this module's rules
-        return complex_reduce_window(ctx, x, init, Window.read(window_dimensions, window_strides, padding,
-                                                               base_dilations, window_dilations))
-    pads = np.zeros((rank, 2), np.int64) if padding is None else np.array(padding, np.int64).reshape(rank, 2)
-    return RULES["stablehlo.reduce_window"](
-        as_pairs(ctx), x, init, window_dimensions=(*window_dimensions, 1),
-        window_strides=(*(window_strides or (1,) * rank), 1), base_dilations=(*(base_dilations or (1,) * rank), 1),
-        window_dilations=(*(window_dilations or (1,) * rank), 1), padding=np.concatenate([pads, [[0, 0]]]))
-
-
-def _reduce_product(ctx: RuleContext, x, init, *, dimensions):
-    """No ONNX op multiplies complex numbers: halve the reduced axis with pairwise products (log2 n steps)."""
-    b, dtype = ctx.b, ctx.out_type.dtype
-    shape = ctx.in_types[0].shape
-    rest = [d for d in range(len(shape)) if d not in dimensions]
-    n = math.prod(shape[d] for d in dimensions)
-    out = [shape[d] for d in rest] + [2]
-    if n == 0:
-        return b.op("Expand", init, b.shape_const(out))
-    x = shape_ops.reshape_to(b, shape_ops.transpose_to(b, x, [*dimensions, *rest, len(shape)]), [n, *out])
-    while n > 1:
-        half, odd = n // 2, n % 2
-        product = join(b, multiply(b, dtype, split(b, _rows(b, x, 0, half)), split(b, _rows(b, x, half, 2 * half))))
-        x = b.op("Concat", product, _rows(b, x, 2 * half, n), axis=0) if odd else product
-        n = half + odd
-    result = shape_ops.reshape_to(b, x, out)
-    one = init.const_value is not None and init.const_value.numpy().tolist() == [1, 0]
-    return result if one else join(b, multiply(b, dtype, split(b, result), split(b, init)))
-
-
-def _rows(b, x: ir.Value, lo: int, hi: int) -> ir.Value:
-    return b.op("Slice", x, b.shape_const([lo]), b.shape_const([hi]), b.shape_const([0]))
-
-
-@register_complex("stablehlo.pad")
-def pad(ctx: RuleContext, x, padding_value, **attrs):
-    """ONNX Pad fills with one scalar: pad each part with its own."""
-    b = ctx.b
-    plane_ctx = dataclasses.replace(ctx, in_types=[_real_type(t) for t in ctx.in_types],
-                                    out_types=[_real_type(t) for t in ctx.out_types])
-    parts = [shape_ops.pad(plane_ctx, part(b, x, i), part(b, padding_value, i), **attrs) for i in (0, 1)]
-    return b.op("Concat", *(b.op("Unsqueeze", p, b.shape_const([-1])) for p in parts), axis=-1)
-
-
-def _real_type(t: TensorType) -> TensorType:
-    return TensorType(t.shape, real_dtype(t.dtype))
-
-
-@register_complex("stablehlo.select")
-def select(ctx: RuleContext, pred, on_true, on_false):
-    # Unsqueezed even when scalar-typed: reduction bodies run on whole tensors (complex_window.py).
-    return ctx.b.op("Where", ctx.b.op("Unsqueeze", pred, ctx.b.shape_const([-1])), on_true, on_false)
-
-
-@register_complex("stablehlo.compare")
-def compare(ctx: RuleContext, x, y, *, comparison_direction: str, compare_type: str | None = None):
-    if comparison_direction not in ("EQ", "NE"):
-        raise NotImplementedError(f"complex compare {comparison_direction}")
-    b = ctx.b
-    same = b.op("Equal", x, y)
-    equal = b.op("And", part(b, same, 0), part(b, same, 1))
-    return equal if comparison_direction == "EQ" else b.op("Not", equal)
-
-
-@register_complex("stablehlo.convert")
-def convert(ctx: RuleContext, x):
-    """real -> complex takes a zero imaginary part; complex -> real keeps the real part (StableHLO convert)."""
-    b = ctx.b
-    source, target = ctx.in_types[0].dtype, ctx.out_type.dtype
-    if not is_complex(source):
-        return from_real(b, x, ctx.in_types[0], target)
-    if is_complex(target):
-        return b.cast(x, real_dtype(target)) if source != target else b.op("Identity", x)
-    real_ctx = dataclasses.replace(ctx, in_types=[_real_type(ctx.in_types[0])])
-    return elementwise.convert(real_ctx, part(b, x, 0))
-
-
-@register_complex("stablehlo.iota")
-def iota(ctx: RuleContext, *, iota_dimension):
-    real_ctx = dataclasses.replace(ctx, out_types=[_real_type(ctx.out_type)])
-    line = RULES["stablehlo.iota"](real_ctx, iota_dimension=iota_dimension)
-    return from_real(ctx.b, line, real_ctx.out_type, ctx.out_type.dtype)
-
-
-# -- real, imag, complex ----------------------------------------------------------------
-@register_complex("stablehlo.real")
-def real(ctx: RuleContext, x):
-    return part(ctx.b, x, 0)
-
-
-@register_complex("stablehlo.imag")
-def imag(ctx: RuleContext, x):
-    return part(ctx.b, x, 1)
-
-
-@register("stablehlo.real")
-def real_of_real(ctx: RuleContext, x):
-    return ctx.b.op("Identity", x)
-
-
-@register("stablehlo.imag")
-def imag_of_real(ctx: RuleContext, x):
-    return ctx.b.splat(0, ctx.out_type.dtype, ctx.out_type.shape)
-
-
-@register_complex("stablehlo.complex")
-def complex_(ctx: RuleContext, re, im):
-    b = ctx.b
-    return b.op("Concat", b.op("Unsqueeze", re, b.shape_const([-1])), b.op("Unsqueeze", im, b.shape_const([-1])),
-                axis=-1)
-
-
-# -- arithmetic -------------------------------------------------------------------------------
 def _binary(fn: Callable, ctx: RuleContext, x, y):
     b, dtype = ctx.b, real_dtype(ctx.out_type.dtype)
     return join(b, fn(b, dtype, split(b, x), split(b, y)))

@@ -28,9 +28,9 @@ from jax.extend.mlir import ir as mlir
 from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
-from hlo2onnx.ops.complex import arithmetic as complex_ops
+from hlo2onnx.ops.complex.arithmetic import divide
 from hlo2onnx.ops.core import dims
-from hlo2onnx.ops.complex.arithmetic import Z
+from hlo2onnx.ops.complex.pairs import Z
 from hlo2onnx.ops.linalg.kit import (Planes, adjoint, batch_shape, compute_dtype, diagonal, eye, first_failure, flat,
                                      iota, join, larfg, matmul, pack_reflector, planes, reversed_axes, set_column,
                                      times, transposed, unbatched, unflat)
@@ -160,7 +160,7 @@ def lu_factor(b: Builder, planes: Planes, shape: tuple[int, ...], dtype: np.dtyp
         else:
             is_zero = sb.op("And", is_zero, sb.op("Equal", pivot[1], zero))
             safe = Z(sb.op("Where", is_zero, one, pivot[0]), pivot[1])
-            scale = list(complex_ops.divide(sb, dtype, Z(one, zero), safe))
+            scale = list(divide(sb, dtype, Z(one, zero), safe))
         below = sb.op("Greater", row, k)
         columns = [sb.op("Gather", x, k1, axis=2) for x in lu]
         multipliers = [sb.op("Where", below, v, zero) for v in times(sb, columns, scale, dtype)]
@@ -325,8 +325,7 @@ def gtsv(ctx: RuleContext, dl, d, du, rhs):
 
     def div(sb: Builder, v: Planes, w: Planes) -> Planes:
         # LAPACK's division: a zero divisor gives NaN, and then info > 0 makes JAX's result NaN anyway.
-        return [sb.op("Div", *v, *w)] if count == 1 else list(complex_ops.divide(sb, dtype, Z(*v), Z(*w),
-                                                                                   xla_zero_divisor=False))
+        return [sb.op("Div", *v, *w)] if count == 1 else list(divide(sb, dtype, Z(*v), Z(*w), xla_zero_divisor=False))
 
     def minus(sb: Builder, v: Planes, w: Planes) -> Planes:
         return [sb.op("Sub", p, q) for p, q in zip(v, w)]

@@ -9,7 +9,8 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
-from hlo2onnx.ops.complex import arithmetic as complex_ops
+from hlo2onnx.ops.complex.arithmetic import divide, multiply
+from hlo2onnx.ops.complex.pairs import Z
 from hlo2onnx.ops.core import dims
 from hlo2onnx.ops.core.shape import merged, reshape_to
 from hlo2onnx.ops.control.loops import loop_step
@@ -120,8 +121,7 @@ def reflector(b: Builder, x: Planes, row: ir.Value, j: ir.Value, dtype: np.dtype
 
 def times(b: Builder, x: Planes, y: Planes, dtype: np.dtype) -> Planes:
     """The elementwise product of planes."""
-    return [b.op("Mul", x[0], y[0])] if len(x) == 1 else list(complex_ops.multiply(b, dtype, complex_ops.Z(*x),
-                                                                                 complex_ops.Z(*y)))
+    return [b.op("Mul", x[0], y[0])] if len(x) == 1 else list(multiply(b, dtype, Z(*x), Z(*y)))
 
 
 def larfg(b: Builder, columns: Planes, row: ir.Value, j: ir.Value, dtype: np.dtype) -> tuple[Planes, Planes, Planes]:
@@ -146,7 +146,7 @@ def larfg(b: Builder, columns: Planes, row: ir.Value, j: ir.Value, dtype: np.dty
     denominator = [b.op("Where", identity, one, b.op("Sub", alpha[0], beta)),
                    *[b.op("Where", identity, zero, x) for x in alpha[1:]]]
     scale = ([b.op("Reciprocal", denominator[0])] if len(alpha) == 1 else
-             list(complex_ops.divide(b, dtype, complex_ops.Z(one, zero), complex_ops.Z(*denominator))))
+             list(divide(b, dtype, Z(one, zero), Z(*denominator))))
     v = [b.op("Where", at, unit, x) for unit, x in zip([one, zero], times(b, tails, scale, dtype))]
     heads = [b.op("Where", identity, alpha[0], beta), *[b.op("Where", identity, x, zero) for x in alpha[1:]]]
     return v, tau, heads
