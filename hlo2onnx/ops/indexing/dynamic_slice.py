@@ -1,5 +1,5 @@
 """dynamic_slice and dynamic_update_slice, with XLA's out-of-bounds rule: each start index is clamped so the
-window fits (the start-index helpers are gather's and scatter's, ops/indexing.py)."""
+window fits (the start-index helpers are those of gather and scatter, plan.py)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.ops.core import dims as symbolic
-from hlo2onnx.ops.indexing.gather import I64, clamp_starts, start_bounds, window_offsets
+from hlo2onnx.ops.indexing.plan import I64, clamp_starts, start_bounds, window_offsets
 from hlo2onnx.ops.core.shape import reshape_to, transpose_to
 from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
