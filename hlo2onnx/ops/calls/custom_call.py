@@ -1,8 +1,8 @@
 """stablehlo.custom_call: one rule that dispatches on the call target's name.
 
 The targets' rules live with their families (`register_custom_call`): LAPACK
-in linalg.py, linalg_complex.py, linalg_eig.py, linalg_geev.py, linalg_reduce.py and linalg_schur.py, jax.export's
-shape assertions in dynamic.py.
+in ops/linalg/, jax.export's shape assertions in ops/core/dynamic.py, top_k in ops/sort/, host
+callbacks in callbacks.py.
 A target without a rule is refused with a hint at what emitted it and how to
 work around it.
 """

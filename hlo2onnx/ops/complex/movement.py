@@ -88,7 +88,7 @@ def pad(ctx: RuleContext, x, padding_value, **attrs):
 
 @register_complex("stablehlo.select")
 def select(ctx: RuleContext, pred, on_true, on_false):
-    # Unsqueezed even when scalar-typed: reduction bodies run on whole tensors (complex_window.py).
+    # Unsqueezed even when scalar-typed: reduction bodies run on whole tensors (reduce.py).
     return ctx.b.op("Where", ctx.b.op("Unsqueeze", pred, ctx.b.shape_const([-1])), on_true, on_false)
 
 

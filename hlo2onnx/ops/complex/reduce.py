@@ -6,7 +6,7 @@ and selects one argument; mul is a complex multiply. Such bodies run here on
 whole pair tensors (real, imag on a trailing axis) through their ordinary complex
 rules:
 - reduce_window folds each window's elements in row-major order from init, as
-  XLA on CPU does (window_variadic.fold_windows);
+  XLA on CPU does (window/variadic.py's fold_windows);
 - reduce of a chooser body (one that returns one of its arguments: max, min)
   halves the reduced axis log2(n) times; a choice between equal values is the
   same whichever way round, so the order does not matter.

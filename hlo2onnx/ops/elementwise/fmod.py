@@ -208,7 +208,7 @@ def _exact(b: Builder, x: ir.Value, y: ir.Value, ttype: TensorType,
                      TensorType(ttype.shape, compute))
     # Elsewhere fmod is x itself where |x| < |y| (±0, finite x % ±inf), else NaN (x inf or NaN, y 0, subnormal
     # or NaN). x taken as it is, in Where's second branch, whose -0 ORT keeps (it turns one taken from the first
-    # into +0, ops/elementwise.py); a regular x's sign (x is not zero: no division needed to tell -0) by a
+    # into +0, arithmetic.py); a regular x's sign (x is not zero: no division needed to tell -0) by a
     # product after the Where, which a zero remainder turns into -0.
     kept = b.op("And", b.op("Less", ax, ay), normal_y)
     negative = b.op("And", regular, b.op("Less", xc, f(0.0)))

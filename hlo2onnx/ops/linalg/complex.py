@@ -1,5 +1,5 @@
 """Complex LU (c/z getrf), QR (geqrf, ungqr), Cholesky (potrf) and triangular solves (trsm) through the
-routines of linalg.py.
+routines of factorizations.py.
 
 LU and QR run linalg's loops on (real, imag) planes. The other two run the real routines unchanged: a complex
 n x n matrix A = X + iY acts on interleaved (re, im) coordinates as the real 2n x 2n matrix whose

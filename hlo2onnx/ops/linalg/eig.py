@@ -20,7 +20,7 @@ form (see _rotate_rows): results agree with LAPACK's to its own accuracy (a few 
 Eigenvectors and singular vectors are unique only up to sign (a unit phase for complex ones; within repeated
 values up to rotation), and LAPACK fixes none: results agree with jax.jit up to a sign per vector (per U column
 / Vt row pair). Complex matrices (c/z routines) are held as (real, imag) planes (`Planes`). Jacobi has no
-failure mode: info is 0 unless the input holds a NaN or infinity (see linalg_kit.nonfinite_info).
+failure mode: info is 0 unless the input holds a NaN or infinity (see kit.nonfinite_info).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Householder vectors with an implicit unit head and tau = (beta - alpha) / beta,
 `info` > 0 naming the first failed step (JAX turns those results into NaN).
 
 LU, QR and the tridiagonal solve are written on "planes" (one real matrix, or
-a complex one's real and imaginary parts), so linalg_complex.py runs complex
+a complex one's real and imaginary parts), so complex.py runs complex
 LU and QR (c/z) through the same loops, and complex potrf/trsm through the
 real ones; gtsv takes its complex variants itself.
 LAPACK's layouts (column-major) are a memory matter and leave the logical

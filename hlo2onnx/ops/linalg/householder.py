@@ -4,7 +4,7 @@ jax.scipy.linalg.qr_multiply (ormqr, unmqr) and jax.scipy.linalg.qr(pivoting=Tru
 
 Each is LAPACK's unblocked routine (gehd2, sytd2/hetd2, orm2r/unm2r, laqp2) as one ONNX Loop whose body works on
 whole (batch, rows, cols) planes (a real matrix, or a complex one's real and imaginary parts), with the reflectors
-of linalg_kit.larfg. LAPACK runs the same algorithms blocked only for matrices larger than its crossover points
+of kit.larfg. LAPACK runs the same algorithms blocked only for matrices larger than its crossover points
 (32 to 128 columns), where results agree to rounding.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The kit the linear-algebra rules share (linalg.py, linalg_eig.py, linalg_complex.py, linalg_geev.py): batched
+"""The kit the linear-algebra rules share (every module of linalg/): batched
 (B, rows, cols) views, matrices as planes (one real matrix, or a complex one's real and imaginary parts), index
 constants, Householder reflectors and LAPACK's info (their ONNX Loops: control/loops.py)."""
 from __future__ import annotations

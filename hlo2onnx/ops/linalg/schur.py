@@ -1,9 +1,9 @@
 """The Schur decomposition A = Z T Z^H: the LAPACK custom call gees of jax.scipy.linalg.schur and
 jax.lax.linalg.schur, real (s/d) and complex (c/z).
 
-Complex matrices go through linalg_geev's complex Schur form (Hessenberg reduction, single-shift QR): T upper
+Complex matrices go through geev.py's complex Schur form (Hessenberg reduction, single-shift QR): T upper
 triangular. Real ones follow LAPACK's dgees (gehd2 + orghr, then dlahqr, the small-matrix path of dhseqr):
-1. Hessenberg reduction H = Q^T A Q (linalg_reduce.hessenberg_reduce), Z = Q.
+1. Hessenberg reduction H = Q^T A Q (householder.hessenberg_reduce), Z = Q.
 2. Francis double-shift QR steps on the lowest unreduced block of three or more rows of each batch element:
    dlahqr's shifts (the trailing 2 x 2's eigenvalues, exceptional ones after 10 and 20 steps without a
    deflation), its search for a lower starting row, its 3-element reflectors chasing the bulge down the block,
