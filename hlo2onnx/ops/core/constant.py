@@ -7,8 +7,8 @@ import numpy as np
 from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.registry import register, register_complex
-from hlo2onnx.types import real_dtype
 from hlo2onnx.translator import RuleContext
+from hlo2onnx.types import real_dtype
 
 
 def dense_to_numpy(attr: mlir.DenseElementsAttr, dtype: np.dtype, shape) -> np.ndarray:

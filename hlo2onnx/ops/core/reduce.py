@@ -9,8 +9,8 @@ from jax.extend.mlir.dialects import stablehlo
 from hlo2onnx.ops.core.order import flip_top_bit
 from hlo2onnx.ops.core.shape import transpose_to
 from hlo2onnx.registry import register
-from hlo2onnx.types import is_bool, is_float, onnx_dtype
 from hlo2onnx.translator import RuleContext
+from hlo2onnx.types import is_bool, is_float, onnx_dtype
 
 _REDUCERS = {
     "stablehlo.add": ("ReduceSum", "Add"),

@@ -9,8 +9,8 @@ import onnx_ir as ir
 
 from hlo2onnx.ops.core import dims
 from hlo2onnx.registry import register
-from hlo2onnx.types import onnx_dtype
 from hlo2onnx.translator import RuleContext
+from hlo2onnx.types import onnx_dtype
 
 _INT64_MIN = np.iinfo(np.int64).min
 

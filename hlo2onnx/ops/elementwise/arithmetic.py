@@ -7,13 +7,13 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-from hlo2onnx.ops.elementwise.fmod import fmod
 from hlo2onnx.ops.core.order import total_order_compare
+from hlo2onnx.ops.elementwise.fmod import fmod
 from hlo2onnx.ops.elementwise.special import in_compute_dtype
 from hlo2onnx.patterns.cleanup import const_array, splat_of
 from hlo2onnx.registry import register
-from hlo2onnx.types import is_bool, is_float, is_unsigned
 from hlo2onnx.translator import RuleContext
+from hlo2onnx.types import is_bool, is_float, is_unsigned
 
 
 def _same(onnx_op: str, ctx: RuleContext, *xs: ir.Value) -> ir.Value:

@@ -8,8 +8,8 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.ops.core import dims as symbolic
-from hlo2onnx.ops.indexing.plan import I64, clamp_starts, start_bounds, window_offsets
 from hlo2onnx.ops.core.shape import reshape_to, transpose_to
+from hlo2onnx.ops.indexing.plan import I64, clamp_starts, start_bounds, window_offsets
 from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 

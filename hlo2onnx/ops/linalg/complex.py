@@ -23,9 +23,9 @@ import onnx_ir as ir
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex.arithmetic import divide
 from hlo2onnx.ops.complex.pairs import Z
+from hlo2onnx.ops.core.shape import reshape_to
 from hlo2onnx.ops.linalg.factorizations import cholesky_factor, householder_q, lu_factor, qr_factor, solve_triangular
 from hlo2onnx.ops.linalg.kit import compute_dtype, conj, diagonal, first_failure, iota, join, planes, transposed
-from hlo2onnx.ops.core.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, real_dtype

@@ -32,10 +32,10 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder, graph_input
-from hlo2onnx.ops.linalg.kit import (Planes, adjoint, compute_dtype, conj, diagonal, empty_results, eye, flat, iota,
-                                     join, matmul, nonfinite_info, planes, reflector, sum_squares, transposed, unflat)
 from hlo2onnx.ops.control.loops import loop, loop_step
 from hlo2onnx.ops.core.shape import reshape_to
+from hlo2onnx.ops.linalg.kit import (Planes, adjoint, compute_dtype, conj, diagonal, empty_results, eye, flat, iota,
+                                     join, matmul, nonfinite_info, planes, reflector, sum_squares, transposed, unflat)
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.types import TensorType, set_type
 

@@ -29,13 +29,13 @@ from jax.extend.mlir.dialects import stablehlo
 
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex.arithmetic import divide
-from hlo2onnx.ops.core import dims
 from hlo2onnx.ops.complex.pairs import Z
+from hlo2onnx.ops.control.loops import loop, loop_step
+from hlo2onnx.ops.core import dims
+from hlo2onnx.ops.core.shape import merged, reshape_to
 from hlo2onnx.ops.linalg.kit import (Planes, adjoint, batch_shape, compute_dtype, diagonal, eye, first_failure, flat,
                                      iota, join, larfg, matmul, pack_reflector, planes, reversed_axes, set_column,
                                      times, transposed, unbatched, unflat)
-from hlo2onnx.ops.control.loops import loop, loop_step
-from hlo2onnx.ops.core.shape import merged, reshape_to
 from hlo2onnx.registry import register, register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, real_dtype

@@ -32,10 +32,10 @@ import onnx_ir as ir
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex.arithmetic import divide, multiply, sqrt
 from hlo2onnx.ops.complex.pairs import Z
-from hlo2onnx.ops.linalg.kit import (Planes, adjoint, compute_dtype, diagonal, empty_results, eye, iota, join, matmul,
-                                     nonfinite_info, planes, reflector, reversed_axes, set_column, sum_squares, unflat)
 from hlo2onnx.ops.control.loops import loop, loop_step, loop_until
 from hlo2onnx.ops.core.shape import reshape_to
+from hlo2onnx.ops.linalg.kit import (Planes, adjoint, compute_dtype, diagonal, empty_results, eye, iota, join, matmul,
+                                     nonfinite_info, planes, reflector, reversed_axes, set_column, sum_squares, unflat)
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, real_dtype

@@ -16,11 +16,11 @@ import onnx_ir as ir
 from jax.extend.mlir import ir as mlir
 
 from hlo2onnx.builder import Builder
+from hlo2onnx.ops.control.loops import loop, loop_step
 from hlo2onnx.ops.core.constant import splat_scalar
+from hlo2onnx.ops.core.shape import reshape_to
 from hlo2onnx.ops.linalg.kit import (Planes, adjoint, compute_dtype, conj, diagonal, eye, iota, join, larfg, matmul,
                                      pack_reflector, planes, reversed_axes, sum_squares, times, unflat)
-from hlo2onnx.ops.control.loops import loop, loop_step
-from hlo2onnx.ops.core.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType, real_dtype

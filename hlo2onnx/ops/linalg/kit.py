@@ -11,9 +11,9 @@ import onnx_ir as ir
 from hlo2onnx.builder import Builder
 from hlo2onnx.ops.complex.arithmetic import divide, multiply
 from hlo2onnx.ops.complex.pairs import Z
+from hlo2onnx.ops.control.loops import loop_step
 from hlo2onnx.ops.core import dims
 from hlo2onnx.ops.core.shape import merged, reshape_to
-from hlo2onnx.ops.control.loops import loop_step
 from hlo2onnx.types import TensorType, is_float
 
 _INT64_MIN = np.iinfo(np.int64).min

@@ -23,12 +23,12 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
+from hlo2onnx.ops.control.loops import loop, loop_step, loop_until
+from hlo2onnx.ops.core.shape import reshape_to
 from hlo2onnx.ops.linalg.geev import complex_schur, read_square, safe_scale
+from hlo2onnx.ops.linalg.householder import hessenberg_reduce
 from hlo2onnx.ops.linalg.kit import (diagonal, empty_results, eye, iota, join, larfg, set_column, sum_squares,
                                      transposed, unflat)
-from hlo2onnx.ops.control.loops import loop, loop_step, loop_until
-from hlo2onnx.ops.linalg.householder import hessenberg_reduce
-from hlo2onnx.ops.core.shape import reshape_to
 from hlo2onnx.registry import register_custom_call
 from hlo2onnx.translator import RuleContext
 from hlo2onnx.types import TensorType
