@@ -74,7 +74,6 @@ def scatter(ctx: RuleContext, *args, scatter_dimension_numbers, **hints):
     return RULES["stablehlo.scatter"](as_pairs(ctx), *args, scatter_dimension_numbers=pair_dn, **hints)
 
 
-
 @register_complex("stablehlo.pad")
 def pad(ctx: RuleContext, x, padding_value, **attrs):
     """ONNX Pad fills with one scalar: pad each part with its own."""

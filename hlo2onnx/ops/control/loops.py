@@ -12,11 +12,8 @@ from hlo2onnx.builder import Builder, graph_input
 from hlo2onnx.ops.core.shape import reshape_to
 from hlo2onnx.types import TensorType, set_type
 
-
 _I64 = TensorType((), np.dtype(np.int64))
 _BOOL = TensorType((), np.dtype(np.bool_))
-
-
 # (loop builder, step, carried values) -> (new carried values, rows of the scan outputs)
 Body = Callable[[Builder, ir.Value, list[ir.Value]], tuple[Sequence[ir.Value], Sequence[ir.Value]]]
 
