@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -16,9 +16,6 @@ from hlo2onnx import compat
 from hlo2onnx.errors import Hlo2OnnxError
 from hlo2onnx.loading import Loaded, function
 from hlo2onnx.types import element_dtype, is_typed_key
-
-if TYPE_CHECKING:
-    from hlo2onnx.conversion import Conversion
 
 
 class CheckError(Hlo2OnnxError):
@@ -55,9 +52,12 @@ class CheckResult:
                 f"{tolerance}: {verdict}")
 
 
-def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
-          sizes: Sequence[int] = (2, 5), seed: int = 0) -> CheckResult:
-    """Runs the ONNX model in ONNX Runtime and the source module in JAX; compares the outputs.
+def check(model: ir.Model, loaded: Loaded, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
+          nchw: tuple[Sequence[int], Sequence[int]] = ((), ()), sizes: Sequence[int] = (2, 5),
+          seed: int = 0) -> CheckResult:
+    """Runs the ONNX `model` in ONNX Runtime and the source module it was converted from (`loaded`) in JAX;
+    compares the outputs. `nchw`: the positions of the inputs and outputs the model takes and gives as NCHW
+    where the source has NHWC (Conversion.nchw).
 
     Without `inputs`, random ones are made from the signature; symbolic dims
     take each value of `sizes` in turn (one run per size).
@@ -68,7 +68,7 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
             or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
         # () made no run at all, and the check passed having compared nothing
         raise ValueError(f"sizes must be a non-empty sequence of integers >= 0, got {sizes!r}")
-    specs = [(v.name, tuple(v.shape), v.dtype.numpy()) for v in conversion.model.graph.inputs]
+    specs = [(v.name, tuple(v.shape), v.dtype.numpy()) for v in model.graph.inputs]
     tried: list[int] = []
     if inputs is not None:
         feeds = [_given_inputs(specs, inputs)]
@@ -86,15 +86,15 @@ def check(conversion: "Conversion", inputs: Mapping[str, np.ndarray] | Sequence[
                              + ", ".join(f"{name} {dtype}[{','.join(map(str, shape))}]"
                                          for name, shape, dtype in specs)) from None
     try:
-        session = ort.InferenceSession(conversion.to_proto().SerializeToString(),
+        session = ort.InferenceSession(ir.to_proto(model).SerializeToString(),
                                        providers=["CPUExecutionProvider"])
     except Exception as e:  # ORT's errors are one long line with a code prefix
         raise CheckError(f"ONNX Runtime rejected the model: {' '.join(str(e).split())}") from None
-    reference = reference_runner(conversion.loaded)
-    complex_inputs = _complex_inputs(conversion.loaded)
+    reference = reference_runner(loaded)
+    complex_inputs = _complex_inputs(loaded)
     max_error, problems, outputs, tolerances = 0.0, [], 0, {}
     # Inputs and outputs made NCHW at the boundary (convert's inputs_as_nchw): JAX's module takes and gives NHWC.
-    nchw_in, nchw_out = conversion.nchw
+    nchw_in, nchw_out = nchw
     for arrays in feeds:
         try:
             results = session.run_with_ort_values(None, {name: _ort_value(a, ort)

@@ -79,7 +79,7 @@ class Conversion:
 
     def check(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None, *,
               sizes: Sequence[int] = (2, 5), seed: int = 0) -> CheckResult:
-        return check(self, inputs, sizes=sizes, seed=seed)
+        return check(self.model, self.loaded, inputs, nchw=self.nchw, sizes=sizes, seed=seed)
 
 
 def convert(source: str | os.PathLike | bytes | mlir.Module | export.Exported,

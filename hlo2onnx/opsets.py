@@ -1,17 +1,12 @@
-"""The ONNX opsets hlo2onnx writes, and the check of a requested one against them and a target's own."""
+"""The ONNX opsets hlo2onnx writes, and the check of a requested one against them (a target's own opset is
+resolved in hlo2onnx.targets, which builds on this module)."""
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 # Rules use the opset-18 Reduce* forms; 23 brings ONNX Attention and RMSNormalization, 24 Swish, 26 BitCast
 # (ORT 1.32 and OpenVINO 2026.4 run 26; see docs/formats.md). Defined in hlo2onnx.defaults, which the command's
 # --help reads without loading jax.
 from hlo2onnx.defaults import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET  # noqa: F401  (public here too)
 from hlo2onnx.errors import Hlo2OnnxError
-
-if TYPE_CHECKING:
-    from hlo2onnx.targets import Target
-
 
 
 class OpsetError(Hlo2OnnxError, ValueError):
@@ -22,15 +17,4 @@ def check_opset(opset: object) -> int:
     """`opset`, or OpsetError when hlo2onnx cannot write it (ORT would reject the model later)."""
     if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
         raise OpsetError(f"opset {opset!r} is not supported (choose {MIN_OPSET} to {MAX_OPSET})")
-    return opset
-
-
-def resolve_opset(target: "Target", opset: int | None) -> int:
-    """The opset to write for `target`: `opset`, or the target's own, or DEFAULT_OPSET; one the target does not
-    read is refused."""
-    if opset is None:
-        opset = DEFAULT_OPSET if target.opset is None else target.opset
-    check_opset(opset)
-    if target.opset is not None and opset != target.opset:
-        raise OpsetError(f"target {target.name} reads opset {target.opset}, not {opset}")
     return opset

@@ -23,11 +23,11 @@ from hlo2onnx.errors import InvalidInputError
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.mlir_io import prepare
 from hlo2onnx.opsets import (DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, OpsetError,  # noqa: F401  (public here)
-                             check_opset, resolve_opset)
+                             check_opset)
 from hlo2onnx.patterns import optimize_report
 from hlo2onnx.patterns.scopes import unshadow_names
 from hlo2onnx.report import ConversionReport
-from hlo2onnx.targets import ORT_CPU, Target, portable
+from hlo2onnx.targets import ORT_CPU, Target, portable, resolve_opset
 from hlo2onnx.translator import Translator
 
 # Progress is reported at most this often (seconds).

@@ -23,7 +23,7 @@ CUSTOM_DYNAMIC_OK: set[str] = set()
 
 # Rules for ops with a complex operand or result, which the graph holds as float
 # (real, imag) pairs (TensorType.storage). The translator looks here, and only
-# here, whenever an op touches a complex type (see ops/complex.py).
+# here, whenever an op touches a complex type (see ops/complex/).
 COMPLEX_RULES: dict[str, Rule] = {}
 # Ops whose rules read no static dim (or handle dynamic dims themselves). The
 # translator rejects any other op that sees a dynamic dim, rather than let a

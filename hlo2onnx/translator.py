@@ -73,7 +73,7 @@ class Translator:
         self.constants = constants
         self.opset = opset
         self.host_callbacks = host_callbacks
-        # Devices the module was lowered for: collectives over one device are identities (ops/sharding.py).
+        # Devices the module was lowered for: collectives over one device are identities (ops/calls/sharding.py).
         self.devices = math.prod(mlir.IntegerAttr(module_op.attributes[name]).value
                                  for name in ("mhlo.num_partitions", "mhlo.num_replicas")
                                  if name in module_op.attributes)

@@ -190,7 +190,7 @@ def test_schur_falls_back_under_core():
     # jnp.sort's body is traced inside jax: its line is the call's
     assert f"fell back: sort at {__file__}:{SCHUR_LINE + 1}:" in lowered.report()
     assert f"{__file__}:" not in "".join(op.reason for op in lowered.fell_back)
-    # ort-cpu translates schur (linalg_schur.py): one model, nothing falls back.
+    # ort-cpu translates schur (ops/linalg/schur.py): one model, nothing falls back.
     whole = mnjit(_schur, fallback=True)
     assert whole.lower(m).whole
     assert_same(whole(m), jax.jit(_schur)(m), tol=(1e-4, 1e-4))

@@ -1,7 +1,7 @@
 """stablehlo.fft through jnp.fft, each case compared with jax.jit.
 
 Power-of-two lengths run on ONNX's DFT; other lengths up to 1024 multiply by an exact
-DFT matrix, longer ones use Bluestein's algorithm (hlo2onnx/ops/fft.py says why), so
+DFT matrix, longer ones use Bluestein's algorithm (hlo2onnx/ops/complex/fft.py says why), so
 all three paths are covered below.
 """
 from __future__ import annotations

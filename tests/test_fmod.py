@@ -1,5 +1,5 @@
-"""Float remainder computed from arithmetic (hlo2onnx/ops/fmod.py), for targets whose Mod kernel is wrong, and
-the constant exponents of `power` simplified as XLA simplifies them: both bit for bit against jax.jit.
+"""Float remainder computed from arithmetic (hlo2onnx/ops/elementwise/fmod.py), for targets whose Mod kernel is
+wrong, and the constant exponents of `power` simplified as XLA simplifies them: both bit for bit against jax.jit.
 
 The remainder is checked on ORT through a target that refuses Mod (every bit, subnormals and -0 included) and
 on iree-cpu, where it replaces IREE's Mod (every bit but subnormals, which IREE flushes to zero: a documented

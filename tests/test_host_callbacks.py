@@ -317,7 +317,7 @@ def test_diffrax_tsit5_with_pid_controller(dfx):
 
 def test_diffrax_event_stops_the_solve(dfx):
     """diffrax's documented bouncing-ball event: a Newton root find on the event condition inside the solve's
-    loop, under a cond. ORT lost an If condition hoisted out of that loop (hlo2onnx/ops/loop_analysis.py)."""
+    loop, under a cond. ORT lost an If condition hoisted out of that loop (hlo2onnx/ops/control/loop_analysis.py)."""
     optx = pytest.importorskip("optimistix")
 
     def fall(y0):

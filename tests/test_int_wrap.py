@@ -156,7 +156,7 @@ def _ort(op: str, inputs: list[np.ndarray], **attrs) -> np.ndarray:
 
 def test_ort_integer_reductions_saturate():
     """Why targets.py lists ORT's integer ReduceSum/ReduceProd as wrong. If this fails, ORT wraps now and the
-    entries (and ops/reduce.py's halving tree) can go."""
+    entries (and ops/core/reduce.py's halving tree) can go."""
     axes = np.array([0], np.int64)
     assert _ort("ReduceSum", [np.array([2**31 - 1, 1], np.int32), axes], keepdims=0) == 2**31 - 1
     assert _ort("ReduceSum", [np.array([2**53 + 1, 2], np.int64), axes], keepdims=0) == 2**53 + 2  # via float64

@@ -1,6 +1,6 @@
-"""Householder reductions and products (linalg_reduce.py): hessenberg (gehrd), tridiagonal (sytrd, hetrd), ormqr
-(unmqr) and pivoted QR (geqp3), real and complex, in both x64 modes, compared with jax.jit: LAPACK's packed
-reflectors, taus, d/e arrays and pivots, not only the factorizations they stand for."""
+"""Householder reductions and products (hlo2onnx/ops/linalg/householder.py): hessenberg (gehrd), tridiagonal (sytrd,
+hetrd), ormqr (unmqr) and pivoted QR (geqp3), real and complex, in both x64 modes, compared with jax.jit: LAPACK's
+packed reflectors, taus, d/e arrays and pivots, not only the factorizations they stand for."""
 from __future__ import annotations
 
 import jax.scipy.linalg as jsl

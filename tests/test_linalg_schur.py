@@ -1,5 +1,5 @@
-"""The Schur decomposition (linalg_schur.py): jax.scipy.linalg.schur and jax.lax.linalg.schur (LAPACK gees), real
-and complex, with and without vectors, in both x64 modes, against jax.jit.
+"""The Schur decomposition (hlo2onnx/ops/linalg/schur.py): jax.scipy.linalg.schur and jax.lax.linalg.schur (LAPACK
+gees), real and complex, with and without vectors, in both x64 modes, against jax.jit.
 
 A = Z T Z^H is unique only up to the order of the eigenvalues on T's diagonal and the signs (phases) of Z's
 columns, so most rows compare as decompositions: the same shapes and dtypes as jax.jit's, Z orthogonal

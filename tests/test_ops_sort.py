@@ -10,7 +10,8 @@ from jax import lax
 from jax._src.lax.lax import eq_to_p, le_to_p, lt_to_p  # the only way to emit a bare TOTALORDER compare
 
 from harness import Case, rand, run_case
-from hlo2onnx.ops import sort as sort_module
+from hlo2onnx.ops.core.order import BITCAST_OPSET
+from hlo2onnx.ops.sort import sort as sort_module
 from mnjit import mnjit
 
 F32, F16, F64 = np.float32, np.float16, np.float64
@@ -222,7 +223,7 @@ def test_negative_nan_order_from_opset_26(case: Case) -> None:
     with jax.enable_x64(case.x64):
         args = case.args
         expected = jax.jit(case.fun)(*args)
-        actual = mnjit(case.fun, opset=sort_module.BITCAST_OPSET)(*args)
+        actual = mnjit(case.fun, opset=BITCAST_OPSET)(*args)
     for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
         a, e = np.asarray(a), np.asarray(e)
         bits = np.dtype(f"u{a.dtype.itemsize}")  # bit for bit: a NaN's sign is the point

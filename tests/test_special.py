@@ -133,9 +133,9 @@ def test_binary(case: Case) -> None:
 
 
 # jax 0.12.1 lowers lgamma and digamma on CPU to jaxlib kernels (custom_call @cpu_lgamma_ffi, @cpu_digamma_ffi;
-# hlo2onnx/ops/special_calls.py), where older jax emitted chlo ops: the rows above reach one or the other. These
-# reach the calls on every jax: through mnjit in the shapes and dtypes the tables above lack (batched, a
-# broadcast operand, bf16), and written out as jax 0.12.1 writes them, against jax.jit of the function.
+# hlo2onnx/ops/elementwise/special_calls.py), where older jax emitted chlo ops: the rows above reach one or the
+# other. These reach the calls on every jax: through mnjit in the shapes and dtypes the tables above lack (batched,
+# a broadcast operand, bf16), and written out as jax 0.12.1 writes them, against jax.jit of the function.
 x34 = rand((3, 4), seed=8, low=-4, high=8)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 GAMMA_CASES = [

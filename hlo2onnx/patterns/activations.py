@@ -121,7 +121,7 @@ class GeluTanh(Fusion):
 class Softplus(Fusion):
     """jax.nn.softplus = logaddexp(x, 0): max(x, 0) + log1p(exp(-|x|)), NaN passed through.
 
-    log1p is the translator's accurate form (ops/elementwise.py)."""
+    log1p is the translator's accurate form (ops/elementwise/arithmetic.py)."""
 
     op_type = "Softplus"
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Mapping
 
 from hlo2onnx.errors import Hlo2OnnxError
-from hlo2onnx.opsets import check_opset
+from hlo2onnx.opsets import DEFAULT_OPSET, OpsetError, check_opset
 from hlo2onnx.target_table import TargetTable
 from hlo2onnx.targets.iree import IREE_CPU, IREE_CUDA
 from hlo2onnx.targets.openvino import OPENVINO_CPU
@@ -33,7 +33,7 @@ from hlo2onnx.targets.validation import TargetError, Violation, enforce, legaliz
 
 __all__ = ["BF16", "CORE", "DTYPES", "F16_VIA_F32", "IREE_CPU", "IREE_CUDA", "OPENVINO_CPU", "ORT_CPU",
            "ORT_CPU_MISSING", "ORT_CUDA", "TARGETS", "WIDER", "Rewrite", "Target", "TargetError", "Violation",
-           "declare", "enforce", "get", "legalize", "register", "validate"]
+           "declare", "enforce", "get", "legalize", "register", "resolve_opset", "validate"]
 
 # The targets known by name: the built-in ones, then those a user registers.
 TARGETS: dict[str, Target] = TargetTable({t.name: t for t in (ORT_CPU, ORT_CUDA, CORE, OPENVINO_CPU, IREE_CPU,
@@ -53,6 +53,17 @@ def get(target: str | Target) -> Target:
         return _imported(target)
     raise Hlo2OnnxError(f"unknown target {target!r} (choose from {', '.join(TARGETS)}, or name a Target in your "
                         f"own code as package.module:NAME)")
+
+
+def resolve_opset(target: Target, opset: int | None) -> int:
+    """The opset to write for `target`: `opset`, or the target's own, or DEFAULT_OPSET; one the target does not
+    read is refused."""
+    if opset is None:
+        opset = DEFAULT_OPSET if target.opset is None else target.opset
+    check_opset(opset)
+    if target.opset is not None and opset != target.opset:
+        raise OpsetError(f"target {target.name} reads opset {target.opset}, not {opset}")
+    return opset
 
 
 def _imported(path: str) -> Target:

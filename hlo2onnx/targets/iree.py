@@ -9,7 +9,7 @@ on the target (tests/test_iree.py):
   torch dtypes), so those dtypes are refused wherever they appear; int16 and unsigned arithmetic inside a
   graph is widened to int32/int64 by the rules (targets.WIDER), as for ORT's missing kernels.
 - `Loop` with scan outputs (lax.scan's stacked ys, a fori_loop writing every row) is not legalized; the
-  while rule keeps such buffers as carried values instead (ops/control_flow.py), which compile when the rows
+  while rule keeps such buffers as carried values instead (ops/control/control_flow.py), which compile when the rows
   are not scalars. A Loop
   ended by a condition (a while loop) is not either without a trip count, and with 2**63 - 1 as its trip
   count it ran away (memory grew past 12 GB). Loops with a trip count and no condition (fori_loop) compile,
@@ -17,11 +17,11 @@ on the target (tests/test_iree.py):
   ort-cpu.
 - float64 Sin, Cos, Tan, Tanh, Atan, Asin and Acos do not link (iree-lld: undefined symbol: sin: the CPU
   backend has no f64 libm), and f64 Erf is not legalized; rules without another lowering refuse them.
-- float Sin, Cos and Tan are polynomial approximations without full range reduction: off by 1e-4 at
-  |x| ~ 5e3 and -inf at 1e30 (XLA: -0.61). float Pow is exp(y log x): NaN for every negative base (even
-  (-2)**3), for 0**0 and NaN**0 and 1**inf. float Mod (fmod) gives NaN for x % inf (XLA: x) and the
-  wrong sign for -1e4 % 1e-3. Refused in every float dtype: stablehlo.remainder then takes its exact
-  expansion (ops/fmod.py), and a power by a constant 0, 1, 2 or -1 needs no Pow (ops/elementwise.py).
+- float Sin, Cos and Tan are polynomial approximations without full range reduction: off by 1e-4 at |x| ~ 5e3 and
+  -inf at 1e30 (XLA: -0.61). float Pow is exp(y log x): NaN for every negative base (even (-2)**3), for 0**0 and
+  NaN**0 and 1**inf. float Mod (fmod) gives NaN for x % inf (XLA: x) and the wrong sign for -1e4 % 1e-3. Refused in
+  every float dtype: stablehlo.remainder then takes its exact expansion (ops/elementwise/fmod.py), and a power by a
+  constant 0, 1, 2 or -1 needs no Pow (ops/elementwise/arithmetic.py).
 - uint8 Abs, Div, Mod, Clip, TopK and MaxPool compute as int8 (200 // 5 came back 245, Abs(200) 56, a sort put
   128..255 first, a max-pool of 200 and 5 gave 5), with no error: refused, so the rules widen them to int32
   (exact: uint8 values fit) or, without a wider form, the target names them. Elementwise Max/Min,

@@ -82,7 +82,7 @@ for _op in F16_VIA_F32:
 
 # Kernels ORT CPU has that give wrong integer answers: its integer ReduceSum/ReduceProd accumulate in
 # float64 and convert back with saturation (measured, 1.32: int32 [2^31-1, 1] sums to 2^31-1, int64
-# [2^53+1, 2] to 2^53+2). XLA wraps; rules reduce integers with Add/Mul instead (ops/reduce.py), and
+# [2^53+1, 2] to 2^53+2). XLA wraps; rules reduce integers with Add/Mul instead (ops/core/reduce.py), and
 # asking for these kernels is an error. tests/test_int_wrap.py re-checks the measurement.
 _ORT_CPU_WRONG = {"ReduceSum": _INTS, "ReduceProd": _INTS}
 
