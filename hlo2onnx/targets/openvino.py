@@ -76,6 +76,9 @@ OPENVINO_CPU = Target(
     wrong={op: parse_dtypes(spec) for op, spec in WRONG.items()},
     narrowed=parse_dtypes("float64 uint64"),
     boundary_narrowed=parse_dtypes("int64"),
+    # float Mod (fmod) gives NaN for x % inf and 0 for -1e4 % 1e-3: stablehlo.remainder takes its exact expansion.
+    refused={"Mod": parse_dtypes("float16 bfloat16 float32 float64")},
+    folds_constant_products=True,
     rewrites=(for_openvino,),
     description="OpenVINO's CPU plugin (f32 precision hint); f64, 64-bit integer math, integer wraparound, "
                 "shifts and Pad(wrap) refused",

@@ -16,9 +16,9 @@ from hlo2onnx.targets.rounding import FORMATS, round_as
 # OpenVINO's Greater and GreaterOrEqual are true when an operand is NaN; Less and LessOrEqual are right.
 _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 # Unary float ops whose answer OpenVINO gets wrong at one special input x, where the right answer is x itself:
-# Exp(NaN) is inf (so are cosh, exp2 and logsumexp of NaN, written with Exp) and Gelu(inf) is NaN. Each becomes
-# Where(test(x), x, op(x)); the test is an (op_type, attributes) pair.
-_SPECIAL_INPUT = {"Exp": ("IsNaN", {}), "Gelu": ("IsInf", {"detect_negative": 0})}
+# Exp(NaN) is inf (so are cosh, exp2 and logsumexp of NaN, written with Exp), HardSigmoid(NaN) is 1 and
+# Gelu(inf) is NaN. Each becomes Where(test(x), x, op(x)).
+_SPECIAL_INPUT = {"Exp": ("IsNaN", {}), "HardSigmoid": ("IsNaN", {}), "Gelu": ("IsInf", {"detect_negative": 0})}
 # Softmax and LogSoftmax skip NaN (and inf - inf) in a row where XLA's max-subtracted form makes the whole row
 # NaN: the row's sum of x - max(x) is NaN exactly then (its other terms are <= 0), and it is passed on.
 _ROW_WISE = ("Softmax", "LogSoftmax")
@@ -62,6 +62,11 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
     empty = set(outer_empty) | {t.name for t in graph.initializer if list(t.dims) == [0]}
     empty |= {n.output[0] for n in graph.node if n.op_type == "Constant" and any(
         a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
+    # A zero-size constant (an initializer or Constant node) comes out of OpenVINO with shape [] when an Identity
+    # passes it to the output (a zero-size result folded to a constant); ConstantOfShape keeps the shape.
+    zero_size = {t.name: (list(t.dims), t.data_type) for t in graph.initializer if 0 in t.dims}
+    zero_size.update({n.output[0]: (list(a.t.dims), a.t.data_type) for n in graph.node if n.op_type == "Constant"
+                      for a in n.attribute if a.name == "value" and 0 in a.t.dims})
     # compile_model segfaults on MatMul followed by a Reshape to [] (Reshape alone and Squeeze compile). A
     # reshape to [] has a size-1 input, so Squeeze with no axes is the same op. Only after MatMul/Gemm: a
     # Squeeze of a Loop-body value of unknown rank does not compile (measured).
@@ -80,6 +85,10 @@ def _rewrite(graph: onnx.GraphProto, outer_empty: frozenset[str], outer_const: f
             del node.input[1]
             del node.attribute[:]  # Reshape's allowzero means nothing to Squeeze
             changed = True
+        elif node.op_type == "Identity" and node.input[0] in zero_size:
+            new_nodes += _constant_of_shape(node, *zero_size[node.input[0]], counter)
+            changed = True
+            continue
         elif node.op_type == "Cast" and _narrowing(node, types) and node.output[0] not in outputs:
             # OpenVINO drops f32 -> bf16/f16 -> f32 inside a graph (targets/rounding.py): round first, then the
             # Cast is exact whether it is kept or not. A graph output's Cast is kept (measured).
@@ -185,6 +194,17 @@ def _restore_infinity(node: onnx.NodeProto, counter: list[int], elem_type: int) 
             helper.make_node("Constant", [], [f"{tag}_f32"], value=infinity),
             helper.make_node("Cast", [f"{tag}_f32"], [f"{tag}_value"], to=elem_type),
             helper.make_node("Where", [f"{tag}_all", f"{tag}_value", node.output[0]], [out])]
+
+
+def _constant_of_shape(node: onnx.NodeProto, dims: list[int], elem_type: int,
+                       counter: list[int]) -> list[onnx.NodeProto]:
+    """ConstantOfShape(dims) of `elem_type` (zero elements: its value is never read) in place of `node`."""
+    counter[0] += 1
+    shape = f"{node.output[0]}__ov_shape{counter[0]}"
+    return [helper.make_node("Constant", [], [shape], value=helper.make_tensor(
+                shape, onnx.TensorProto.INT64, [len(dims)], dims)),
+            helper.make_node("ConstantOfShape", [shape], [node.output[0]],
+                             value=helper.make_tensor(f"{shape}_value", elem_type, [1], [0]))]
 
 
 def _cast_to(node: onnx.NodeProto) -> int:

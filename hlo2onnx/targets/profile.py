@@ -100,6 +100,9 @@ class Target:
     # The runtime's float arithmetic reads and writes subnormals as zeros (as XLA's CPU code does): lowerings
     # that find a float's bits by arithmetic cannot see them.
     flushes_subnormals: bool = False
+    # The runtime multiplies constants of a chain of Muls together first (OpenVINO: x * 2^127 * 2^127 became
+    # x * inf, NaN for x = 0): lowerings that scale twice to overflow take another form.
+    folds_constant_products: bool = False
     # The runtime's compiler fuses a broadcast into the loop of the op that reads it (IREE): the patterns that
     # materialize broadcasts for ORT's kernels (patterns/last_axis.py) only add copies there.
     fuses_broadcasts: bool = False

@@ -154,7 +154,11 @@ def sign(ctx: RuleContext, x):
 def _float_sign(b, dtype, x):
     """XLA's sign returns x itself for ±0 and NaN, where ORT's Sign gives +0. Scaling by 2^(2 emax) takes
     every nonzero x (subnormals too) to |x| >= 1 or inf, and keeps ±0 and NaN; clamping to [-1, 1] with
-    NaN-propagating Max/Min finishes. Four fast passes: a select would be one slow one (ORT's Where)."""
+    NaN-propagating Max/Min finishes. Four fast passes: a select would be one slow one (ORT's Where).
+    A runtime that folds the two scalings into one (x * inf) gets the select instead."""
+    if b.target.folds_constant_products:
+        nonzero_number = b.op("Less", b.const(0, dtype), b.op("Abs", x))  # false for ±0 and NaN
+        return b.typed("Where", nonzero_number, b.op("Sign", x), x, dtype=dtype, cast=(1, 2))
     big = b.const(np.ldexp(1.0, np.finfo(dtype).maxexp - 1).astype(dtype))
     scaled = b.op("Mul", b.op("Mul", x, big), big)
     return b.op("Min", b.op("Max", scaled, b.const(-1, dtype)), b.const(1, dtype))
