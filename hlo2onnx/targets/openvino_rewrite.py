@@ -184,7 +184,7 @@ def _restore_infinity(node: onnx.NodeProto, counter: list[int], elem_type: int) 
     every = onnx.NodeProto()
     every.CopyFrom(node)
     every.op_type, every.input[0], every.output[0] = "ReduceMin", f"{tag}_is", f"{tag}_every"
-    infinity = helper.make_tensor(f"{tag}_value", onnx.TensorProto.FLOAT, [], [sign * float("inf")])
+    infinity = helper.make_tensor(f"{tag}_f32", onnx.TensorProto.FLOAT, [], [sign * float("inf")])
     return [node,
             helper.make_node("IsInf", [x], [f"{tag}_isinf"], detect_negative=int(sign < 0),
                              detect_positive=int(sign > 0)),
