@@ -26,7 +26,7 @@ import hlo2onnx
 import hlo2onnx.patterns
 from harness import assert_same, rand
 from hlo2onnx import targets
-from hlo2onnx.patterns import activations, attention, cleanup, convolution, fusions, normalization
+from hlo2onnx.patterns import activations, attention, convolution, folding, fusions, normalization
 from hlo2onnx.patterns.base import Fusion
 from mnjit import mnjit
 
@@ -314,7 +314,7 @@ def test_near_miss_says_why(row: Row):
             # The rule meets the graph either after the other rewrites or in canonical form before them
             # (which of the two depends on the rule's place in the order): its reason must show in one.
             canonical = _translate(row.miss, row.miss_args, row.opset, row.miss_target, fuse=False).model
-            cleanup.canonicalize(canonical)
+            folding.canonicalize(canonical)
             models = [report.model, canonical]
     reasons = []
     for model in models:

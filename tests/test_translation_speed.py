@@ -23,7 +23,7 @@ import hlo2onnx
 from harness import rand
 from hlo2onnx import builder, collector
 from hlo2onnx.errors import source_line
-from hlo2onnx.patterns import cleanup, engine, passes
+from hlo2onnx.patterns import cleanup, engine, folding, passes
 from hlo2onnx.translator import Translator
 from hlo2onnx.types import set_type, tensor_type
 
@@ -95,7 +95,7 @@ def _direct_type(self, value, name, op=None):
 def slow_way(monkeypatch):
     """Every speed-up switched back to the computation it replaces."""
     monkeypatch.setattr(engine, "_inference_key", lambda node, opsets: None)
-    monkeypatch.setattr(cleanup, "_fold_key", lambda node, inputs: None)
+    monkeypatch.setattr(folding, "_fold_key", lambda node, inputs: None)
     # The pattern pre-check computed afresh for every rule: all nodes of the root op type go to the matcher.
     monkeypatch.setattr(engine.CandidateIndex, "passing",
                         lambda self, signature: [(i, node) for i, node in enumerate(self.by_op.get(signature[0], ()))

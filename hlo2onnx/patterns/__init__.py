@@ -36,7 +36,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from hlo2onnx.patterns import algebra, attention, body_shapes, convolution, engine, last_axis, movement, remainder
-from hlo2onnx.patterns.cleanup import all_nodes, canonicalize, clean, drop_unread_initializers
+from hlo2onnx.patterns.cleanup import all_nodes, clean, drop_unread_initializers
+from hlo2onnx.patterns.folding import canonicalize
 from hlo2onnx.patterns.fusions import accumulate_into_gemms, fusion_rules
 from hlo2onnx.patterns.layout import sink_transposes
 from hlo2onnx.targets import Target

@@ -7,6 +7,7 @@ translated and put in canonical form, and its nodes become the pattern.
 """
 from __future__ import annotations
 
+import contextlib
 from functools import lru_cache
 from typing import Callable
 
@@ -18,7 +19,8 @@ from onnxscript.rewriter import pattern
 from hlo2onnx import ops  # noqa: F401  (the rules the template's translation needs)
 from hlo2onnx.loading import from_exported, quiet_context
 from hlo2onnx.mlir_io import prepare
-from hlo2onnx.patterns.cleanup import canonicalize, const_array
+from hlo2onnx.patterns.cleanup import const_array
+from hlo2onnx.patterns.folding import canonicalize
 from hlo2onnx.targets import ORT_CPU
 from hlo2onnx.translator import Translator
 
@@ -38,10 +40,13 @@ SOURCES = ("jit", "export")
 def template(fn: Callable, dtype: str, source: str = "jit") -> ir.Graph:
     """The canonical ONNX graph of `fn` on one scalar of `dtype`, lowered as `source` lowers it."""
     spec = jax.ShapeDtypeStruct((), np.dtype(dtype))
-    if source == "export":
-        module = prepare(from_exported(jax.export.export(jax.jit(fn))(spec), quiet_context()).module)
-    else:
-        module = prepare(jax.jit(fn).lower(spec).compiler_ir("stablehlo"))
+    # A 64-bit template is lowered with x64 on whatever the caller's setting: with it off, jax would lower (and
+    # this cache keep) a 32-bit graph under the 64-bit key.
+    with jax.enable_x64(True) if np.dtype(dtype).itemsize == 8 else contextlib.nullcontext():
+        if source == "export":
+            module = prepare(from_exported(jax.export.export(jax.jit(fn))(spec), quiet_context()).module)
+        else:
+            module = prepare(jax.jit(fn).lower(spec).compiler_ir("stablehlo"))
     with module.context:  # the translator itself: no fusions (they would look for this very template)
         model = Translator(module, ORT_CPU, opset=MIN_TEMPLATE_OPSET).translate(graph_name="template")
     canonicalize(model)
