@@ -10,7 +10,7 @@ import pytest
 import hlo2onnx
 
 from harness import assert_same, rand
-from mnjit import MnjitFunction, mnjit
+from mnjit import mnjit
 from mnjit.capture import Capture
 
 
