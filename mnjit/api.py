@@ -223,11 +223,7 @@ class MnjitFunction:
                     return pending.entry
                 continue  # the translating thread failed (or was interrupted): try on our own
             try:
-                entry = self._compile(args, kwargs, fast, lowered)
-                if self._tiers is not None:  # queues the compiled tier's build: this call does not wait for it
-                    entry.tier = self._tiers.start(entry.lowered.traced, key[-1],
-                                                   getattr(entry.lowered, "cache_key", None))
-                pending.entry = entry
+                pending.entry = self._compile(args, kwargs, fast, lowered, key[-1])
             finally:
                 with self._lock:
                     del self._pending[key]
@@ -308,15 +304,18 @@ class MnjitFunction:
     def eval_shape(self, *args, **kwargs):
         return self._jitted.eval_shape(*args, **kwargs)
 
-    def _compile(self, args: tuple, kwargs: dict, fast: bool = False,
-                 lowered: AnyLowered | None = None) -> CacheEntry:
+    def _compile(self, args: tuple, kwargs: dict, fast: bool, lowered: AnyLowered | None, x64: bool) -> CacheEntry:
         if not self._nnx_warned and jit_options.holds_nnx_objects((args, kwargs)):
             self._nnx_warned = True
             warnings.warn(f"{self.__name__}: nnx objects (a Module, Optimizer, Rngs, Metric or Variable) among the "
                           "arguments run as their arrays, and what the function does to them is dropped, as under "
                           "jax.jit: use `from mnjit import nnx_jit` (nnx.jit's semantics)", stacklevel=4)
+        # target="auto": the tier is started (its build queued, or a stored decision taken) before the entry is made:
+        # a signature whose compiled tier serves from the first call needs no ORT session of its own.
+        start_tier = None if self._tiers is None else lambda made: self._tiers.start(
+            made.traced, x64, getattr(made, "cache_key", None))
         with InterruptGuard():
-            return self._capture.entry(args, kwargs, fast, lowered)
+            return self._capture.entry(args, kwargs, fast, lowered, start_tier)
 
     def clear_cache(self) -> None:
         with self._lock:

@@ -57,8 +57,10 @@ class Capture:
     name: str
     fallback: bool
 
-    def lower(self, args: tuple, kwargs: dict) -> AnyLowered:
-        """Traces, lowers and translates one concrete signature (read from the persistent cache when stored)."""
+    def lower(self, args: tuple, kwargs: dict, keep_stablehlo: bool = True) -> AnyLowered:
+        """Traces, lowers and translates one concrete signature (read from the persistent cache when stored).
+        Without `keep_stablehlo` (a cache entry, which drops it anyway), a translation stored under the trace's
+        own key is read without lowering the trace at all."""
         # The previous translation's entries there would keep its lowerings alive (hlo2onnx/compat.py).
         compat.release_dce_cache()
         # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.
@@ -66,9 +68,12 @@ class Capture:
             traced = self.jitted.trace(*args, **kwargs)
             if self.fallback:
                 return partitioned.plan(traced, self.target, self.opset, self.name)
-            lowered = traced.lower()
             # Through the persistent cache (mnjit/persist.py): read where an earlier process translated it.
-            translation = persist.translate(lowered, self.target, self.opset, self.name)
+            if keep_stablehlo:
+                lowered = traced.lower()
+                translation = persist.translate(lowered, self.target, self.opset, self.name)
+            else:
+                translation, lowered = persist.translate_trace(traced, self.target, self.opset, self.name)
         return MnjitLowered(traced, lowered, translation.conversion.model, translation.conversion,
                             translation.callbacks, cache_key=translation.key, from_cache=translation.cached)
 
@@ -87,15 +92,21 @@ class Capture:
                                            converted.target, converted.violations)
         return MnjitLowered(traced, None, converted.model, report, exported=exported)
 
-    def entry(self, args: tuple, kwargs: dict, fast: bool, lowered: AnyLowered | None) -> CacheEntry:
-        """The cache entry of one signature: translated here, or from `lowered` (lower().compile())."""
+    def entry(self, args: tuple, kwargs: dict, fast: bool, lowered: AnyLowered | None,
+              start_tier: Callable[[AnyLowered], tiering.SignatureTier] | None = None) -> CacheEntry:
+        """The cache entry of one signature: translated here, or from `lowered` (lower().compile()).
+        `start_tier` (target="auto") gives the signature's tier; one decided for the compiled tier in an earlier
+        process serves from this call on, and the entry gets no fast path (its ORT session is made if needed)."""
         # A caller's lowering is not translated again; the entry keeps its own copy, which drops the StableHLO
         # below and holds nothing of the caller's compile().
-        lowered = self.lower(args, kwargs) if lowered is None else dataclasses.replace(lowered, compiler=None,
+        lowered = self.lower(args, kwargs, keep_stablehlo=False) if lowered is None else dataclasses.replace(lowered, compiler=None,
                                                                                         tier=None)
+        tier = None if start_tier is None else start_tier(lowered)
+        if tier is not None and tier.phase is tiering.Phase.COMPILED:
+            fast = False
         if self.fallback:
             entry = CacheEntry(lowered, lowered.traced.out_tree,
-                               functools.partial(partitioned.PartitionedRunner, lowered, runner_for))
+                               functools.partial(partitioned.PartitionedRunner, lowered, runner_for), tier=tier)
             entry.fast = partitioned.fused(lowered, fast_call_for) if fast else None
             return entry
         in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
@@ -106,7 +117,7 @@ class Capture:
         make_runner = functools.partial(runner_for, target, model, in_avals, out_avals)
         # The StableHLO module holds a copy of every constant; the entry keeps only the ONNX model.
         lowered.lowered = None
-        entry = CacheEntry(lowered, lowered.traced.out_tree, make_runner)
+        entry = CacheEntry(lowered, lowered.traced.out_tree, make_runner, tier=tier)
         session = ffi_session(target, model, in_avals, out_avals) if fast else None
         if session is not None and persist.remembered(lowered.cache_key, "runs_in_jit", session.runs_in_jit):
             entry.fast = FastCall(session, in_avals, out_avals)
