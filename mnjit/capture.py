@@ -69,11 +69,8 @@ class Capture:
             if self.fallback:
                 return partitioned.plan(traced, self.target, self.opset, self.name)
             # Through the persistent cache (mnjit/persist.py): read where an earlier process translated it.
-            if keep_stablehlo:
-                lowered = traced.lower()
-                translation = persist.translate(lowered, self.target, self.opset, self.name)
-            else:
-                translation, lowered = persist.translate_trace(traced, self.target, self.opset, self.name)
+            translation, lowered = persist.translate_trace(traced, self.target, self.opset, self.name,
+                                                           keep_stablehlo)
         return MnjitLowered(traced, lowered, translation.conversion.model, translation.conversion,
                             translation.callbacks, cache_key=translation.key, from_cache=translation.cached)
 

@@ -165,10 +165,11 @@ def translate(lowered: jax.stages.Lowered, target: hlo2onnx.Target, opset: int, 
     return Translation(conversion, callbacks, entry_key, False)
 
 
-def translate_trace(traced: Any, target: hlo2onnx.Target, opset: int,
-                    name: str) -> tuple[Translation, jax.stages.Lowered | None]:
+def translate_trace(traced: Any, target: hlo2onnx.Target, opset: int, name: str,
+                    keep_stablehlo: bool = False) -> tuple[Translation, jax.stages.Lowered | None]:
     """`translate` of a trace's lowering, looked up first by the trace itself (mnjit/trace_key.py): on a hit the
-    trace is never lowered, and the lowering returned is None."""
+    trace is not lowered unless `keep_stablehlo` asks for its lowering (None otherwise). The trace key also finds
+    what the lowering's own key may miss: a lowering's source locations depend on where it was traced from."""
     store = disk_cache.current()
     digest = trace_key.digest(traced) if store is not None else None
     alias = None if digest is None else key(TRACE, digest, target.name, str(opset), name)
@@ -178,7 +179,8 @@ def translate_trace(traced: Any, target: hlo2onnx.Target, opset: int,
             entry_key = stored.decode("ascii") if stored is not None else None
             payload = store.get(TRANSLATION, entry_key) if entry_key else None
             if payload is not None:
-                return Translation(_load_translation(payload, target), None, entry_key, True), None
+                found = Translation(_load_translation(payload, target), None, entry_key, True)
+                return found, traced.lower() if keep_stablehlo else None
         except Exception:  # a foreign key or an unreadable entry: lowered and translated below
             pass
     lowered = traced.lower()
