@@ -1,10 +1,14 @@
-"""target="auto"'s state (mnjit/tiering.py): the compiled tier, the policy that judges it, and each signature's
-phase, samples and decision as the tiering's lock guards them, and what `tier_status` reports."""
+"""target="auto"'s state (mnjit/tiering.py): the compiled tier, the policy that judges it, each signature's
+phase, samples and decision as the tiering's lock guards them, what `tier_status` reports, and `settle`, which
+waits for it."""
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+import jax
 
 from mnjit import device, referee
 
@@ -127,3 +131,20 @@ class TierStatus:
                 "mnjit.settle(f, *args) does)")
 
     __repr__ = __str__
+
+
+def failed_run(name: str, error: Exception) -> str:
+    """The reason a tier is dropped after a call of it raised `error`."""
+    return f"{name} failed on a call: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+
+
+def settle(fun: Any, *args, timeout: float = 300.0, **kwargs) -> TierStatus:
+    """Calls `fun` (a target="auto" function) with these arguments until its tier for them is decided, and
+    returns the decision: for tests and benchmarks that want the steady state (calls themselves never wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fun.wait_for_tiering(max(0.0, deadline - time.monotonic()))
+        status = fun.tier_status(*args, **kwargs)
+        if status.decided or time.monotonic() > deadline:
+            return status
+        jax.block_until_ready(fun(*args, **kwargs))

@@ -38,7 +38,8 @@ import numpy as np
 
 from mnjit import background, persist, referee, tier_trials
 # The state's types are this module's public names too (mnjit.TierPolicy, tiering.CompiledTier).
-from mnjit.tier_state import BASE, ROUTED, CompiledTier, Phase, SignatureTier, TierPolicy, TierStatus
+from mnjit.tier_state import (BASE, ROUTED, CompiledTier, Phase, SignatureTier, TierPolicy, TierStatus, failed_run,
+                              settle)
 
 __all__ = ["BASE", "MAX_JOBS", "CompiledTier", "Phase", "SignatureTier", "TierPolicy", "TierStatus", "Tiering",
            "settle"]
@@ -187,7 +188,7 @@ class Tiering:
             sig.ready_at, sig.calls = time.perf_counter(), 0
             self.active += 1
 
-    def _check(self, sig: SignatureTier, leaves: list, expected: list) -> None:
+    def _check(self, sig: SignatureTier, leaves: list, expected: list, base_s: float = 0.0) -> None:
         """Judges every candidate against jax.jit's result on the call's inputs, ort-cpu's distance from it
         setting the bar (mnjit/referee.py); those too far off or failing are dropped. Without a reference (jax.jit
         failed), the candidates are compared with ort-cpu's outputs at the dtypes' tolerance."""
@@ -197,10 +198,12 @@ class Tiering:
                 reference = list(jax.block_until_ready(reference(*leaves)))
             except Exception:
                 reference = None
-        agreed, problems = [], []
+        agreed, problems, took = [], [], {}
         for compiled in sig.candidates:
             try:
+                start = time.perf_counter()
                 actual = jax.block_until_ready(compiled.runner.run(leaves))
+                took[id(compiled)] = time.perf_counter() - start
                 if reference is not None:
                     problem = referee.verdict(actual, expected, reference, self.policy.referee_k)
                     problem = problem and f"{compiled.label} disagreed with jax.jit more than ort-cpu does: {problem}"
@@ -208,7 +211,7 @@ class Tiering:
                     problem = referee.disagreement(actual, expected)
                     problem = problem and f"{compiled.label} disagreed with ort-cpu on a call: {problem}"
             except Exception as e:
-                problem = _failed(compiled.label, e)
+                problem = failed_run(compiled.label, e)
             (problems if problem else agreed).append(problem or compiled)
         if agreed:  # the others go on
             for problem in problems:
@@ -219,7 +222,19 @@ class Tiering:
             if agreed:
                 sig.candidates, sig.compiled, sig.phase = tuple(agreed), agreed[0], Phase.TIMING
                 sig.samples = [[] for _ in range(len(agreed) + 1)]
-                return
+                if max(base_s, *took.values()) <= self.policy.slow_call_s:
+                    return
+                # Slow calls: the comparison's runs are the first timed call of each tier (its candidates on the
+                # worker, ort-cpu on the call that claimed it). Past decision_s already (FIRE's x100 loop: 13 s to
+                # decide on four more calls of each tier), they decide now, one call each.
+                sig.slow = True
+                sig.samples = [[took[id(c)]] for c in agreed] + [[base_s]]
+                if time.perf_counter() - sig.ready_at < self.policy.decision_s:
+                    return
+                decided = self._decide(sig, sig.candidates)
+        if agreed:
+            self._announce(sig, *decided)
+            return
         if self._drop(sig, problems[0], logging.WARNING) and "disagreed" in problems[0]:
             self._remember(sig, BASE)
 
@@ -252,7 +267,7 @@ class Tiering:
             try:
                 return compiled.runner.run(leaves)
             except Exception as e:  # e.g. a runtime error: the call is answered by ort-cpu instead
-                self._drop(sig, _failed(compiled.name, e), logging.WARNING)
+                self._drop(sig, failed_run(compiled.name, e), logging.WARNING)
                 return run_base(leaves)
         if phase is Phase.READY:
             with self._lock:
@@ -260,8 +275,11 @@ class Tiering:
                 if claimed:
                     sig.phase = Phase.CHECKING
                 sig.calls += 1
+            start = time.perf_counter()
             try:
                 outputs = run_base(leaves)
+                if claimed:  # timed to completion: a slow signature's decision may rest on this call (_check)
+                    jax.block_until_ready(outputs)
             except BaseException:
                 if claimed:
                     self._unclaim(sig)  # a later call compares instead
@@ -269,7 +287,8 @@ class Tiering:
             if claimed:
                 # numpy inputs may be changed in place after the call returns: the worker gets copies.
                 held = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
-                if not self._submit(sig, self._check, held, list(outputs)):
+                base_s = time.perf_counter() - start
+                if not self._submit(sig, self._check, held, list(outputs), base_s):
                     self._unclaim(sig)  # the queue was full: a later call tries again
             return outputs
         if phase is Phase.CHECKING:
@@ -303,7 +322,7 @@ class Tiering:
             try:
                 outputs = jax.block_until_ready(candidates[turn].runner.run(leaves))
             except Exception as e:
-                self._drop(sig, _failed(candidates[turn].label, e), logging.WARNING)
+                self._drop(sig, failed_run(candidates[turn].label, e), logging.WARNING)
                 return run_base(leaves)
         else:
             outputs = jax.block_until_ready(run_base(leaves))
@@ -329,19 +348,26 @@ class Tiering:
                     or time.perf_counter() - sig.ready_at + seconds >= self.policy.decision_s)
             if not tier_trials.timed_enough(samples, sig.out, sig.slow, self.policy.trials, over):
                 return
-            best, verdict, times = tier_trials.verdict(samples, [c.label for c in candidates], sig.slow,
-                                                       self.policy.min_speedup)
-            if best is not None:
-                variant = candidates[best].variant
-                sig.candidates = (candidates[best],)  # the other variants are released
-                sig.compiled = candidates[best]
-                self._settle(sig, Phase.COMPILED, f"{verdict}{f' on {variant}' if variant else ''} {times}")
-            else:
-                self._settle(sig, Phase.BASE, verdict)
-            compiled = sig.compiled
-            serving, reason = (compiled.label if compiled is not None else BASE), sig.reason
+            decided = self._decide(sig, candidates)
+        self._announce(sig, *decided)
+
+    def _decide(self, sig: SignatureTier, candidates: tuple[CompiledTier, ...]) -> tuple[CompiledTier | None, str]:
+        """Under the lock: the decision on the calls timed so far; returns what serves and why (_announce)."""
+        best, verdict, times = tier_trials.verdict(sig.samples, [c.label for c in candidates], sig.slow,
+                                                   self.policy.min_speedup)
+        if best is not None:
+            variant = candidates[best].variant
+            sig.candidates = (candidates[best],)  # the other variants are released
+            sig.compiled = candidates[best]
+            self._settle(sig, Phase.COMPILED, f"{verdict}{f' on {variant}' if variant else ''} {times}")
+        else:
+            self._settle(sig, Phase.BASE, verdict)
+        return sig.compiled, sig.reason
+
+    def _announce(self, sig: SignatureTier, compiled: CompiledTier | None, reason: str) -> None:
+        """Outside the lock: stores a decision for later processes and logs it."""
         self._remember(sig, compiled.name if compiled is not None else BASE, compiled.label if compiled else "")
-        logger.info("mnjit auto: %s serves: %s", serving, reason)
+        logger.info("mnjit auto: %s serves: %s", compiled.label if compiled is not None else BASE, reason)
 
     # -- reporting -------------------------------------------------------------------------------------------
     def status(self, sig: SignatureTier | None) -> TierStatus:
@@ -367,19 +393,3 @@ class Tiering:
                        Phase.TIMING: f"timing {timed}{detail} against ort-cpu "
                                      f"({' and '.join(str(len(t)) for t in samples)} calls so far)"}[phase]
             return TierStatus(BASE, False, pending)
-
-
-def _failed(name: str, error: Exception) -> str:
-    return f"{name} failed on a call: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
-
-
-def settle(fun, *args, timeout: float = 300.0, **kwargs) -> TierStatus:
-    """Calls `fun` (a target="auto" function) with these arguments until its tier for them is decided, and
-    returns the decision: for tests and benchmarks that want the steady state (calls themselves never wait)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        fun.wait_for_tiering(max(0.0, deadline - time.monotonic()))
-        status = fun.tier_status(*args, **kwargs)
-        if status.decided or time.monotonic() > deadline:
-            return status
-        jax.block_until_ready(fun(*args, **kwargs))
