@@ -10,7 +10,8 @@ Per signature (docs/runtime.md, Tiered execution):
    building or running it, is dropped for that signature, with the reason logged (logger "mnjit") and shown
    by `lower(...).report()`.
 3. Then real calls take turns on the tiers, each timed to completion, in blocks of a warm-up call and two timed
-   ones (one timed call, the faster of two per tier counting, once a call takes over `slow_call_s`). A tier
+   ones (one timed call, the faster of two per tier counting, once a call takes over `slow_call_s`; then the
+   comparison's runs are each tier's first timed call, and decide at once when `decision_s` has passed). A tier
    clearly slower than the best (`clearly_slower`) leaves the turns at once. The decision comes when each
    tier has `trials` timed calls, or once `decision_calls` calls or `decision_s` seconds have passed since
    the build was ready (each tier timed once at least): the compiled tier keeps the signature if
