@@ -8,13 +8,16 @@ For each model (bench_models' builders), in this order, each in a fresh Python p
   jax cold      jax.jit's first call, jax's persistent cache off
   jax warm      jax.jit's first call with jax's persistent cache warm (a process before filled it)
 The times exclude imports and building the arguments; each is the wall time of the first call, to its result.
+With --repeats N, the warm processes (mnjit warm, jax cold, jax warm) run N times each, interleaved, and the
+medians are shown (one run's load spike would otherwise decide a ratio).
 
-    python benchmarks/bench_warm_start.py [--models mlp,cnn] [--target auto]
+    python benchmarks/bench_warm_start.py [--models mlp,cnn] [--target auto] [--repeats 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -69,6 +72,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,mnist_step,cnn,transformer,fire")
     parser.add_argument("--target", default="auto")
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}; first calls in seconds, each in a new process")
     print(f"{'model':12s} {'mnjit cold':>10s} {'mnjit warm':>10s} {'jax cold':>9s} {'jax warm':>9s} "
@@ -76,10 +80,14 @@ def main(argv=None) -> None:
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory() as mnjit_cache, tempfile.TemporaryDirectory() as jax_cache:
             cold = _child(model, "mnjit", False, args.target, mnjit_cache, jax_cache)
-            warm = _child(model, "mnjit", True, args.target, mnjit_cache, jax_cache)
-            jax_cold = _child(model, "jax", False, args.target, mnjit_cache, jax_cache)
             _child(model, "jax", True, args.target, mnjit_cache, jax_cache)  # fills jax's cache
-            jax_warm = _child(model, "jax", True, args.target, mnjit_cache, jax_cache)
+            runs = {"warm": [], "jax_cold": [], "jax_warm": []}
+            for _ in range(args.repeats):  # interleaved: a load change reaches all three columns alike
+                runs["warm"].append(_child(model, "mnjit", True, args.target, mnjit_cache, jax_cache))
+                runs["jax_cold"].append(_child(model, "jax", False, args.target, mnjit_cache, jax_cache))
+                runs["jax_warm"].append(_child(model, "jax", True, args.target, mnjit_cache, jax_cache))
+            warm, jax_cold, jax_warm = ({**found[0], "first": statistics.median(r["first"] for r in found)}
+                                        for found in runs.values())
         tier = ""
         if "tier" in cold:
             tier = (f"{cold['tier']} ({cold['decision_s']:.2f} s, {cold['decision_calls']} calls); warm: "

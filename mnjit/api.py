@@ -2,118 +2,26 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import threading
 import types
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
 
 import jax
-import onnx_ir as ir
 from jax import core
 
 import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
 from hlo2onnx.pipeline import resolve_opset
-from mnjit import device, ffi, iree_tier, jit_options, persist, physical, runtime, tiering, fallback as partitioned
+from mnjit import ffi, iree_tier, jit_options, tiering
+from mnjit.capture import AnyLowered, CacheEntry, Capture, Pending
 from mnjit.device import own_ort_cpu, require as require_runtime  # (mnjit's `device` parameter shadows the module)
-from mnjit.stages import Compiled, MnjitLowered
+from mnjit.fast_call import PythonPath, Routed, TracerSeen, leaf_signature, runner_for
+from mnjit.stages import Compiled
 
 _flatten = jax.tree_util.tree_flatten
-
-
-class _TracerSeen(Exception):
-    """Raised by the signature walk: some argument is a tracer, so trace through instead."""
-
-
-def _leaf_signature(leaf: Any) -> tuple:
-    if type(leaf) is runtime.ARRAY_TYPE:
-        return leaf.shape, leaf.dtype, leaf.weak_type
-    if isinstance(leaf, core.Tracer):
-        raise _TracerSeen
-    aval = jax.typeof(leaf)  # canonicalizes dtypes (int64 -> int32 without x64) and weak types
-    return aval.shape, aval.dtype, aval.weak_type
-
-
-class _PythonPath(Exception):
-    """Raised while jax.jit traces the fast path: this signature runs through mnjit's Python path."""
-
-
-class _Routed(Exception):
-    """Raised while jax.jit traces the fast path: this call takes the Python path, where the signature's compiled
-    tier serves (target="auto", decided in an earlier process); other signatures keep the fast path."""
-
-
-@dataclass
-class _CacheEntry:
-    lowered: MnjitLowered | partitioned.PartitionedLowered
-    out_tree: Any
-    make_runner: Callable[[], device.Runner]
-    fast: "_FastCall | None" = None
-    _runner: device.Runner | None = None
-    tier: tiering.SignatureTier | None = None  # target="auto" only
-
-    @property
-    def runner(self) -> device.Runner:
-        # Built on first use: a signature on the fast path never needs a second session.
-        if self._runner is None:
-            self._runner = self.make_runner()
-        return self._runner
-
-
-class _Pending:
-    """A signature one thread is translating; the others wait for it instead of translating it again."""
-
-    def __init__(self):
-        self.done = threading.Event()
-        self.entry: _CacheEntry | None = None  # None once done: the translation failed (each caller retries)
-
-
-def _runner_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list,
-                session: ffi.FfiSession | None = None, iree_driver: str | None = None) -> device.Runner:
-    if not physical.needs_wrapping(in_avals + out_avals):
-        return device.make_runner(target, model, in_avals, out_avals, session, iree_driver=iree_driver)
-    runner = device.make_runner(target, model, list(map(physical.physical, in_avals)),
-                                list(map(physical.physical, out_avals)), session, iree_driver=iree_driver)
-    return physical.PhysicalLeaves(runner, in_avals, out_avals)
-
-
-def _ffi_session(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> ffi.FfiSession | None:
-    """mnjit's own C session for one model where the target is ORT on the CPU (mnjit/ffi.py), else None."""
-    # float0 leaves cannot enter an XLA custom call: the Python path runs them.
-    if not own_ort_cpu(target) or any(map(physical.is_float0, in_avals + out_avals)):
-        return None
-    return ffi.create(model, list(map(physical.physical, in_avals)), list(map(physical.physical, out_avals)))
-
-
-def _fast_call_for(target: hlo2onnx.Target, model: ir.Model, in_avals: list, out_avals: list) -> _FastCall | None:
-    """The ORT custom call for one model, or None where the Python path must run it (mnjit/ffi.py)."""
-    session = _ffi_session(target, model, in_avals, out_avals)
-    return _FastCall(session, in_avals, out_avals) if session is not None and session.runs_in_jit() else None
-
-
-class _FastCall:
-    """Emits one signature's ORT custom call inside jax.jit's trace, with typed keys and weak types
-    restored around it (both are free there: XLA drops the no-op converts)."""
-
-    def __init__(self, session: ffi.FfiSession, in_avals: list, out_avals: list):
-        self.session = session
-        self.key_inputs = list(physical.key_impls(in_avals))
-        self.key_outputs = physical.key_impls(out_avals)
-        self.weak_outputs = [i for i, aval in enumerate(out_avals) if aval.weak_type]
-
-    def __call__(self, leaves: list) -> list:
-        for i in self.key_inputs:
-            leaves[i] = jax.random.key_data(leaves[i])
-        outputs = self.session.call(*leaves)
-        for i, impl in self.key_outputs.items():
-            outputs[i] = jax.random.wrap_key_data(outputs[i], impl=impl)
-        for i in self.weak_outputs:
-            outputs[i] = compat.mark_weak(outputs[i])
-        return outputs
 
 
 class MnjitFunction:
@@ -147,6 +55,8 @@ class MnjitFunction:
         # (under a transformation, and the partitions fallback=True leaves to XLA).
         self._jitted = jax.jit(fun, static_argnums=self._static_argnums, static_argnames=self._static_argnames,
                                keep_unused=True, inline=inline, compiler_options=compiler_options)
+        self._capture = Capture(self._jitted, self._target, self._opset, getattr(fun, "__name__", "main"),
+                                self._fallback)
         # The fast path: jax.jit's own C++ dispatch, whose trace runs the ONNX model as a custom call
         # (mnjit/ffi.py). Signatures it cannot take (slow runs, loops, other targets) use the Python path, and so
         # does a capped cache: jax.jit's hits are invisible to mnjit, which could not keep LRU order. A fallback
@@ -159,16 +69,16 @@ class MnjitFunction:
         self._dispatch = jax.jit(dispatch, static_argnums=self._static_argnums,
                                  static_argnames=self._static_argnames, keep_unused=True)
         # Least recently used first when capped (like XLA's compilation cache); a plain dict otherwise.
-        self._cache: dict[Hashable, _CacheEntry] = collections.OrderedDict() if max_cache_size else {}
+        self._cache: dict[Hashable, CacheEntry] = collections.OrderedDict() if max_cache_size else {}
         self._max_cache_size = max_cache_size
         # Guards the cache, `_pending` and `translations` (threads call one function at once, like jax.jit);
         # never held while translating.
         self._lock = threading.Lock()
-        self._pending: dict[Hashable, _Pending] = {}
+        self._pending: dict[Hashable, Pending] = {}
         self.translations = 0  # how many signatures were translated (a cache miss each)
         self._nnx_warned = False  # warned once that nnx objects' updates are dropped (checked on misses only)
         self._tiers = tiering.Tiering(tier_policy or tiering.TierPolicy(), functools.partial(
-            iree_tier.iree_tier, opset=self._opset, name=getattr(fun, "__name__", "main"), make_runner=_runner_for),
+            iree_tier.iree_tier, opset=self._opset, name=getattr(fun, "__name__", "main"), make_runner=runner_for),
             iree_tier.unavailable_reason()) if auto else None
 
     # -- calling -----------------------------------------------------------------
@@ -180,45 +90,32 @@ class MnjitFunction:
         return self  # as a Python function's (jax.jit's copy shares its function and cache); locks do not copy
 
     def __call__(self, *args, **kwargs):
+        """One call: jax.jit's C++ dispatch of the fast path where the function has one, else the Python path.
+        The fast path is inline: one Python frame before jax.jit's dispatch (each one more costs 0.1-0.3 us)."""
         if compat.disable_jit_state.value:  # as jax.jit's: the function runs op by op (print, pdb, concrete values)
             return self._fun(*args, **kwargs)
-        if self._tiers is not None:
-            return self._call_auto(args, kwargs)
-        # The fast path inline: one Python frame before jax.jit's C++ dispatch (each one more costs 0.1-0.3 us).
-        if self._fast_ok and compat.trace_state_clean():
-            try:
-                return self._dispatch(*args, **kwargs)
-            except Exception:
-                return self._fast_path_failed(args, kwargs)
-        return self._call_python(args, kwargs)
-
-    def _call_auto(self, args: tuple, kwargs: dict):
-        """target="auto": a new signature's build starts after its first call, one that translated (Tiering.release)."""
-        translated = self.translations
-        result = None
+        tiers, result = self._tiers, None
         try:
-            result = self._call(args, kwargs)
+            # Under target="auto", a signature that runs or tries its compiled tier needs the Python path.
+            if self._fast_ok and (tiers is None or not tiers.active) and compat.trace_state_clean():
+                try:
+                    result = self._dispatch(*args, **kwargs)
+                except Exception:
+                    result = self._fast_path_failed(args, kwargs)
+            else:
+                result = self._call_python(args, kwargs)
             return result
         finally:
-            if self.translations != translated:
-                self._tiers.release(result)
-
-    def _call(self, args: tuple, kwargs: dict):
-        # Under target="auto", a signature that runs or tries its compiled tier needs the Python path.
-        if self._fast_ok and (self._tiers is None or not self._tiers.active) and compat.trace_state_clean():
-            try:
-                return self._dispatch(*args, **kwargs)
-            except Exception:
-                return self._fast_path_failed(args, kwargs)
-        return self._call_python(args, kwargs)
+            if tiers is not None:  # target="auto": a build this call deferred starts once it is done (release)
+                tiers.release(result)
 
     def _fast_path_failed(self, args: tuple, kwargs: dict):
         """In the except block of a fast-path call: the call again where it can run, or the error re-raised."""
         try:
             raise  # the exception being handled, by its type
-        except _PythonPath:
+        except PythonPath:
             self._fast_ok = False  # this function has a signature the fast path cannot run
-        except _Routed:
+        except Routed:
             pass
         except FloatingPointError:  # jax_debug_nans/infs: jax.jit's run names the primitive, not the ORT call
             return self._jitted(*args, **kwargs)
@@ -231,7 +128,7 @@ class MnjitFunction:
         return self._call_python(args, kwargs)
 
     def _traced_call(self, *args, **kwargs):
-        """jax.jit's trace of one signature: the cached entry's custom call, or _PythonPath."""
+        """jax.jit's trace of one signature: the cached entry's custom call, or PythonPath."""
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn_args, dyn_kwargs))
         signature = tuple((leaf.aval.shape, leaf.aval.dtype, leaf.aval.weak_type) for leaf in leaves)
@@ -243,20 +140,20 @@ class MnjitFunction:
                 if isinstance(leaf, core.Tracer) else leaf, (args, kwargs))
             entry = self._lookup_or_compile(key, *abstract, fast=True)
             if entry.tier is not None and self._tiers.routed(entry.tier):
-                raise _Routed
+                raise Routed
         if entry.fast is None:
-            raise _PythonPath
+            raise PythonPath
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fast(list(leaves)))
 
     def _key(self, args: tuple, kwargs: dict) -> tuple[Hashable, list]:
-        """The cache key of a call (arrays or ShapeDtypeStructs; _TracerSeen for tracers) and its leaves."""
+        """The cache key of a call (arrays or ShapeDtypeStructs; TracerSeen for tracers) and its leaves."""
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn_args, dyn_kwargs))
         # jax.jit's configuration too (compat.trace_context): threefry_partitionable changes random values.
-        return (treedef, tuple(map(_leaf_signature, leaves)), static, compat.trace_context(),
+        return (treedef, tuple(map(leaf_signature, leaves)), static, compat.trace_context(),
                 jax.config.jax_enable_x64), leaves
 
-    def _cached(self, key: Hashable) -> _CacheEntry | None:
+    def _cached(self, key: Hashable) -> CacheEntry | None:
         try:
             return self._cache.get(key)  # lock-free: a lookup is atomic, and a hit is the hot path
         except TypeError as e:
@@ -267,9 +164,9 @@ class MnjitFunction:
             # Under grad/vmap/an outer jit, or a trace closing over concrete arguments (checkify, an outer jit's
             # constants): staged exactly like jax.jit's call, effects running with the program, not at trace time.
             if not compat.trace_state_clean():
-                raise _TracerSeen
+                raise TracerSeen
             key, leaves = self._key(args, kwargs)
-        except _TracerSeen:
+        except TracerSeen:
             return self._jitted(*args, **kwargs)
         except TypeError:
             self._jitted.trace(*args, **kwargs)  # a non-array argument: jax.jit's error names the function and path
@@ -287,17 +184,17 @@ class MnjitFunction:
             return self._jitted(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, outputs)
 
-    def _run_base(self, entry: _CacheEntry, args: tuple, kwargs: dict, leaves: list) -> list:
+    def _run_base(self, entry: CacheEntry, args: tuple, kwargs: dict, leaves: list) -> list:
         """target="auto": one call on ort-cpu, through its fast path where the signature has one."""
         if entry.fast is not None and self._fast_ok and compat.trace_state_clean():
             try:
                 return _flatten(self._dispatch(*args, **kwargs))[0]
-            except _PythonPath:
+            except PythonPath:
                 pass
         return entry.runner.run(leaves)
 
     def _lookup_or_compile(self, key: Hashable, args: tuple, kwargs: dict, fast: bool = False,
-                           lowered: MnjitLowered | partitioned.PartitionedLowered | None = None) -> _CacheEntry:
+                           lowered: AnyLowered | None = None) -> CacheEntry:
         """The cached entry, or a new one: the first thread to miss a signature translates it (or takes
         `lowered`, this signature's translation already made), and threads missing it meanwhile wait for that
         result."""
@@ -311,18 +208,14 @@ class MnjitFunction:
                 pending = self._pending.get(key)
                 owner = pending is None
                 if owner:
-                    pending = self._pending[key] = _Pending()
+                    pending = self._pending[key] = Pending()
             if not owner:
                 pending.done.wait()
                 if pending.entry is not None:
                     return pending.entry
                 continue  # the translating thread failed (or was interrupted): try on our own
             try:
-                entry = self._compile(args, kwargs, fast, lowered)
-                if self._tiers is not None:  # queues the compiled tier's build: this call does not wait for it
-                    entry.tier = self._tiers.start(entry.lowered.traced, key[-1],
-                                                   getattr(entry.lowered, "cache_key", None))
-                pending.entry = entry
+                pending.entry = self._compile(args, kwargs, fast, lowered, key[-1])
             finally:
                 with self._lock:
                     del self._pending[key]
@@ -350,16 +243,16 @@ class MnjitFunction:
         return jit_options.static_key(positional, keyword), dyn_args, dyn_kwargs
 
     # -- capture and translation -------------------------------------------------------
-    def lower(self, *args, **kwargs) -> MnjitLowered | partitioned.PartitionedLowered:
+    def lower(self, *args, **kwargs) -> AnyLowered:
         """Captures and translates one signature. Arguments may be arrays or jax.ShapeDtypeStructs; shapes
         may hold symbolic dims (`jax.export.symbolic_shape("b, 3")`), which the model keeps as ONNX
         dim_params named as written (for `save`: mnjit itself runs concrete shapes)."""
         if jit_options.has_symbolic_dims((args, kwargs)):
-            return self._lower_symbolic(args, kwargs)
-        lowered = self._lower(args, kwargs)
+            return self._capture.lower_symbolic(args, kwargs)
+        lowered = self._capture.lower(args, kwargs)
         try:
             key = self._key(args, kwargs)[0]
-        except _TracerSeen:  # lowered under a trace: no signature of this function's cache
+        except TracerSeen:  # lowered under a trace: no signature of this function's cache
             return lowered
         lowered.compiler = functools.partial(self._compiled, lowered, key, args, kwargs)
         if self._tiers is not None:  # the report says which tier serves the signature when it is printed
@@ -383,10 +276,10 @@ class MnjitFunction:
             kwargs = {**dynamic_kwargs, **static_kwargs}
             try:
                 other, leaves = self._key(args, kwargs)
-            except _TracerSeen:  # under a transformation: as the function itself (jax.jit's behaviour)
+            except TracerSeen:  # under a transformation: as the function itself (jax.jit's behaviour)
                 other = key
             if other == key:
-                return self._call(args, kwargs) if self._tiers is None else self._call_auto(args, kwargs)
+                return self(*args, **kwargs)
             if jit_options.call_types(other) != jit_options.call_types(key):
                 raise TypeError(f"{self.__name__} was compiled for {jit_options.describe(key)} and called with "
                                 f"{jit_options.describe(other)}")
@@ -403,71 +296,18 @@ class MnjitFunction:
     def eval_shape(self, *args, **kwargs):
         return self._jitted.eval_shape(*args, **kwargs)
 
-    def _lower(self, args: tuple, kwargs: dict) -> MnjitLowered | partitioned.PartitionedLowered:
-        # The previous translation's entries there would keep its lowerings alive (hlo2onnx/compat.py).
-        compat.release_dce_cache()
-        # Tracing and lowering make cyclic garbage too: Ctrl-C must not be lost in a gc callback.
-        with InterruptGuard():
-            traced = self._jitted.trace(*args, **kwargs)
-            if self._fallback:
-                return partitioned.plan(traced, self._target, self._opset, getattr(self._fun, "__name__", "main"))
-            lowered = traced.lower()
-            # Through the persistent cache (mnjit/persist.py): read where an earlier process translated it.
-            translation = persist.translate(lowered, self._target, self._opset, getattr(self._fun, "__name__", "main"))
-        return MnjitLowered(traced, lowered, translation.conversion.model, translation.conversion,
-                            translation.callbacks, cache_key=translation.key, from_cache=translation.cached)
-
-    def _lower_symbolic(self, args: tuple, kwargs: dict) -> MnjitLowered:
-        """Shape-polymorphic capture: jax.export's lowering (dimension variables, shape assertions), then the
-        same translation hlo2onnx.convert gives artifacts (dynamic=True)."""
-        if self._fallback:
-            raise ValueError("fallback=True needs concrete shapes: symbolic dims cannot split into partitions")
-        compat.release_dce_cache()
-        with InterruptGuard():
-            traced = self._jitted.trace(*args, **kwargs)
-            exported = jax.export.export(self._jitted)(*args, **kwargs)
-            converted = hlo2onnx.convert(exported, target=self._target, opset=self._opset, dynamic=True,
-                                         name=getattr(self._fun, "__name__", "main"))
-        report = hlo2onnx.ConversionReport(converted.model, converted.op_counts, converted.optimized,
-                                           converted.target, converted.violations)
-        return MnjitLowered(traced, None, converted.model, report, exported=exported)
-
-    def _compile(self, args: tuple, kwargs: dict, fast: bool = False,
-                 lowered: MnjitLowered | partitioned.PartitionedLowered | None = None) -> _CacheEntry:
+    def _compile(self, args: tuple, kwargs: dict, fast: bool, lowered: AnyLowered | None, x64: bool) -> CacheEntry:
         if not self._nnx_warned and jit_options.holds_nnx_objects((args, kwargs)):
             self._nnx_warned = True
             warnings.warn(f"{self.__name__}: nnx objects (a Module, Optimizer, Rngs, Metric or Variable) among the "
                           "arguments run as their arrays, and what the function does to them is dropped, as under "
                           "jax.jit: use `from mnjit import nnx_jit` (nnx.jit's semantics)", stacklevel=4)
+        # target="auto": the tier is started (its build queued, or a stored decision taken) before the entry is made:
+        # a signature whose compiled tier serves from the first call needs no ORT session of its own.
+        start_tier = None if self._tiers is None else lambda made: self._tiers.start(
+            made.traced, x64, getattr(made, "cache_key", None))
         with InterruptGuard():
-            return self._compile_guarded(args, kwargs, fast, lowered)
-
-    def _compile_guarded(self, args: tuple, kwargs: dict, fast: bool,
-                         lowered: MnjitLowered | partitioned.PartitionedLowered | None) -> _CacheEntry:
-        # A caller's lowering (lower().compile()) is not translated again; the entry keeps its own copy, which
-        # drops the StableHLO below and holds nothing of the caller's compile().
-        lowered = self._lower(args, kwargs) if lowered is None else dataclasses.replace(lowered, compiler=None,
-                                                                                         tier=None)
-        if self._fallback:
-            entry = _CacheEntry(lowered, lowered.traced.out_tree,
-                                functools.partial(partitioned.PartitionedRunner, lowered, _runner_for))
-            entry.fast = partitioned.fused(lowered, _fast_call_for) if fast else None
-            return entry
-        in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
-        out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)
-        if len(lowered.model.graph.inputs) != len(in_avals):
-            raise AssertionError("ONNX inputs do not match the flattened arguments")
-        model, target = lowered.model, self._target
-        make_runner = functools.partial(_runner_for, target, model, in_avals, out_avals)
-        # The StableHLO module holds a copy of every constant; the entry keeps only the ONNX model.
-        lowered.lowered = None
-        entry = _CacheEntry(lowered, lowered.traced.out_tree, make_runner)
-        session = _ffi_session(target, model, in_avals, out_avals) if fast else None
-        if session is not None and persist.remembered(lowered.cache_key, "runs_in_jit", session.runs_in_jit):
-            entry.fast = _FastCall(session, in_avals, out_avals)
-        elif session is not None:  # too slow for the custom call: the Python path runs this same session
-            entry.make_runner = functools.partial(_runner_for, target, model, in_avals, out_avals, session)
-        return entry
+            return self._capture.entry(args, kwargs, fast, lowered, start_tier)
 
     def clear_cache(self) -> None:
         with self._lock:
@@ -476,7 +316,7 @@ class MnjitFunction:
             self._cache.clear()
         self._dispatch.clear_cache()
 
-    def _cancel_tier(self, entry: _CacheEntry) -> None:
+    def _cancel_tier(self, entry: CacheEntry) -> None:
         if entry.tier is not None:
             self._tiers.cancel(entry.tier)
 

@@ -160,7 +160,8 @@ def plan(traced: Any, target: hlo2onnx.Target, opset: int, name: str) -> Partiti
     """Splits a traced function (jax.jit(...).trace) into partitions for `target`."""
     closed = traced.jaxpr
     try:  # the whole function first: one model, no splitting, when the target runs all of it
-        translation = persist.translate(traced.lower(), target, opset, name)  # through the persistent cache
+        # Through the persistent cache, keyed on the trace first (a warm process's stored tier lowers nothing).
+        translation, _ = persist.translate_trace(traced, target, opset, name)
         conversion, callbacks = translation.conversion, translation.callbacks
     except Exception:  # any refusal: classify op by op below (the per-op reasons go in the report)
         conversion = None
@@ -409,10 +410,10 @@ def _literal_key(atom) -> tuple | None:
 def _translate(closed: jc.ClosedJaxpr, target: hlo2onnx.Target, opset: int, name: str, persistent: bool = True):
     args = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
     # keep_unused: the ONNX inputs must be exactly the partition's inputs, in order.
-    lowered = jax.jit(jc.jaxpr_as_fun(closed), keep_unused=True).trace(*args).lower()
+    traced = jax.jit(jc.jaxpr_as_fun(closed), keep_unused=True).trace(*args)
     if not persistent:
-        return host_callbacks.translate(lowered, target, opset, name)
-    translation = persist.translate(lowered, target, opset, name)  # through the persistent cache
+        return host_callbacks.translate(traced.lower(), target, opset, name)
+    translation, _ = persist.translate_trace(traced, target, opset, name)  # through the persistent cache
     return translation.conversion, translation.callbacks
 
 

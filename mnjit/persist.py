@@ -5,7 +5,9 @@ Three kinds of entries:
 - `iree`: an IREE module (.vmfb) compiled from one ONNX model with one set of iree-compile flags;
 - `decision`: target="auto"'s tier for one signature (which tier, which of its variants, and why);
 - `fact`: a yes-or-no measured on one translation's model (whether its ORT run is short enough for the fast
-  path's custom call: a probe run of the whole model, saved on a warm first call).
+  path's custom call: a probe run of the whole model, saved on a warm first call);
+- `trace`: the key of a stored translation, under the key of jax.jit's trace it came from (mnjit/trace_key.py):
+  a warm process's first call finds its model without lowering the trace to StableHLO.
 
 Every key is a SHA-256 over what can change the value or its timing: the StableHLO module's bytecode (with
 its source locations, which error messages and node metadata cite) and the values of its `jax.const`
@@ -16,6 +18,8 @@ version), and the CPU (its model and feature flags: iree-compile targets the hos
 decided on one CPU says nothing of another).
 
 Lowerings with Python host callbacks are never stored: their models name functions registered in this process.
+A translation reached through its trace's key keeps the node metadata (source locations) of the process that
+made it: the trace key leaves out the call site, which changes no value the model computes.
 """
 from __future__ import annotations
 
@@ -39,9 +43,9 @@ import onnx_ir as ir
 
 import hlo2onnx
 from hlo2onnx import compat
-from mnjit import disk_cache, host_callbacks
+from mnjit import disk_cache, host_callbacks, trace_key
 
-TRANSLATION, IREE, DECISION, FACT = "translation", "iree", "decision", "fact"
+TRANSLATION, IREE, DECISION, FACT, TRACE = "translation", "iree", "decision", "fact", "trace"
 
 
 @functools.lru_cache(maxsize=1)
@@ -159,6 +163,31 @@ def translate(lowered: jax.stages.Lowered, target: hlo2onnx.Target, opset: int, 
         if payload is not None:
             store.put(TRANSLATION, entry_key, payload)
     return Translation(conversion, callbacks, entry_key, False)
+
+
+def translate_trace(traced: Any, target: hlo2onnx.Target, opset: int, name: str,
+                    keep_stablehlo: bool = False) -> tuple[Translation, jax.stages.Lowered | None]:
+    """`translate` of a trace's lowering, looked up first by the trace itself (mnjit/trace_key.py): on a hit the
+    trace is not lowered unless `keep_stablehlo` asks for its lowering (None otherwise). The trace key also finds
+    what the lowering's own key may miss: a lowering's source locations depend on where it was traced from."""
+    store = disk_cache.current()
+    digest = trace_key.digest(traced) if store is not None else None
+    alias = None if digest is None else key(TRACE, digest, target.name, str(opset), name)
+    if alias is not None:
+        stored = store.get(TRACE, alias)
+        try:
+            entry_key = stored.decode("ascii") if stored is not None else None
+            payload = store.get(TRANSLATION, entry_key) if entry_key else None
+            if payload is not None:
+                found = Translation(_load_translation(payload, target), None, entry_key, True)
+                return found, traced.lower() if keep_stablehlo else None
+        except Exception:  # a foreign key or an unreadable entry: lowered and translated below
+            pass
+    lowered = traced.lower()
+    translation = translate(lowered, target, opset, name)
+    if alias is not None and translation.key is not None and translation.callbacks is None:
+        store.put(TRACE, alias, translation.key.encode("ascii"))
+    return translation, lowered
 
 
 def _dump_translation(conversion: hlo2onnx.ConversionReport) -> bytes:

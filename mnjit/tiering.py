@@ -10,7 +10,8 @@ Per signature (docs/runtime.md, Tiered execution):
    building or running it, is dropped for that signature, with the reason logged (logger "mnjit") and shown
    by `lower(...).report()`.
 3. Then real calls take turns on the tiers, each timed to completion, in blocks of a warm-up call and two timed
-   ones (one timed call, the faster of two per tier counting, once a call takes over `slow_call_s`). A tier
+   ones (one timed call, the faster of two per tier counting, once a call takes over `slow_call_s`; then the
+   comparison's runs are each tier's first timed call, and decide at once when `decision_s` has passed). A tier
    clearly slower than the best (`clearly_slower`) leaves the turns at once. The decision comes when each
    tier has `trials` timed calls, or once `decision_calls` calls or `decision_s` seconds have passed since
    the build was ready (each tier timed once at least): the compiled tier keeps the signature if
@@ -28,139 +29,23 @@ ort-cpu: comparing would run their effects twice.
 """
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
-from mnjit import background, device, persist, referee, tier_trials
+from mnjit import background, persist, referee, tier_trials
+# The state's types are this module's public names too (mnjit.TierPolicy, tiering.CompiledTier).
+from mnjit.tier_state import (BASE, ROUTED, CompiledTier, Phase, SignatureTier, TierPolicy, TierStatus, failed_run,
+                              settle)
 
+__all__ = ["BASE", "MAX_JOBS", "CompiledTier", "Phase", "SignatureTier", "TierPolicy", "TierStatus", "Tiering",
+           "settle"]
 logger = logging.getLogger("mnjit")
 MAX_JOBS = background.MAX_JOBS
-BASE = "ort-cpu"
-
-
-@dataclass(frozen=True)
-class CompiledTier:
-    """A signature's second tier: `runner.run(leaves)` returns the same flat outputs as ort-cpu's. A build may
-    give several, variants of one tier (`variant` tells them apart: IREE's two CPU drivers); each is compared
-    with ort-cpu, they are timed against each other and ort-cpu, and only the fastest is kept."""
-
-    name: str
-    runner: device.Runner
-    detail: str = ""
-    variant: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} ({self.variant})" if self.variant else self.name
-
-
-@dataclass(frozen=True)
-class TierPolicy:
-    """How `target="auto"` builds and judges the compiled tier (mnjit's `tier_policy=` option).
-
-    `build(traced)` makes the compiled tier of one signature from its `jax.stages.Traced`, or variants of it
-    (a sequence of CompiledTier), on the worker thread (None: iree-cpu with partitioned execution, on IREE's
-    two CPU drivers; a test may give its own). The compiled tier serves
-    when ort-cpu's median call time divided by its own exceeds `min_speedup`: the margin keeps noise from
-    moving a signature (and the function's other signatures, which leave jax.jit's fast dispatch while one
-    runs on the compiled tier) to a tier that is not clearly faster.
-    """
-
-    build: Callable[[Any], CompiledTier | Sequence[CompiledTier]] | None = None
-    trials: int = 3  # timed calls per tier that decide, unless a limit below comes first
-    # Limits from the moment the build is ready: the comparing call and the timing calls together. Past either,
-    # the decision is taken on the calls timed so far (once every tier has one).
-    decision_calls: int = 20
-    decision_s: float = 2.0
-    # A tier whose best timed call is this many times the best tier's leaves the turns (no more calls spent
-    # on it); ort-cpu always stays.
-    clearly_slower: float = 2.0
-    # Once a call takes longer: two timed calls per tier, the faster of each counting (one call each let an
-    # outlier decide: the CFD rollout's local-task variant timed once at 1.4 s, 0.53 s call after call).
-    slow_call_s: float = 1.0
-    min_speedup: float = 1.1
-    referee_k: float = referee.K  # the compiled tier may be up to k times further from jax.jit than ort-cpu
-
-    def __post_init__(self):
-        if not 1 <= self.trials:
-            raise ValueError(f"TierPolicy needs trials >= 1, got {self.trials}")
-        if self.decision_calls < 2 or self.decision_s <= 0 or self.clearly_slower <= 1:
-            raise ValueError("TierPolicy needs decision_calls >= 2, decision_s > 0 and clearly_slower > 1")
-
-    def fingerprint(self) -> str:
-        """What of the policy a stored decision depends on (the builder is the default's: iree-cpu)."""
-        return (f"trials={self.trials};calls={self.decision_calls};s={self.decision_s:g};"
-                f"slower={self.clearly_slower:g};slow={self.slow_call_s:g};speedup={self.min_speedup:g};"
-                f"k={self.referee_k:g}")
-
-
-class Phase(enum.Enum):
-    COMPILING = "compiling"  # queued for the worker, or being built
-    READY = "ready"  # built: the next call is compared
-    CHECKING = "checking"  # the worker compares it on a call's inputs
-    TIMING = "timing"  # calls alternate between the tiers
-    COMPILED = "compiled"  # decided: the compiled tier serves
-    BASE = "base"  # decided: ort-cpu serves (the reason says why)
-
-
-# Phases in which calls must take mnjit's Python path (jax.jit's fast path would never reach the tiers).
-_ROUTED = {Phase.READY, Phase.CHECKING, Phase.TIMING, Phase.COMPILED}
-
-
-@dataclass
-class SignatureTier:
-    """One cached signature's tiering state; guarded by its Tiering's lock."""
-
-    traced: Any
-    x64: bool
-    phase: Phase = Phase.COMPILING
-    reason: str = ""
-    compiled: CompiledTier | None = None  # the one that serves once decided; until then the first candidate
-    candidates: tuple[CompiledTier, ...] = ()  # built and not dropped; one once decided
-    # timing: the calls timed per tier, the candidates' in their order, then ort-cpu's
-    samples: list[list[float]] = field(default_factory=list)
-    out: set[int] = field(default_factory=set)  # timing: tiers (indices into samples) left out as clearly slower
-    turn: int = 0  # timing: the index (into samples) of the tier of the current block of calls
-    streak: int = 0  # timing: calls made in the current block
-    slow: bool = False  # timing: a call took over slow_call_s
-    cancelled: bool = False
-    reference: Any = None  # jax.jit's executable of the jaxpr, for the comparison (READY to CHECKING)
-    ready_at: float = 0.0  # perf_counter when the build was ready
-    calls: int = 0  # calls since the build was ready
-    decided_after: tuple[float, int] | None = None  # seconds and calls from the build's readiness to the decision
-    decision_key: str | None = None  # where the decision is stored (None: not stored)
-    from_cache: bool = False  # decided in an earlier process
-
-
-@dataclass(frozen=True)
-class TierStatus:
-    """Which tier serves a signature, whether that is final, and why."""
-
-    serving: str
-    decided: bool
-    reason: str
-    # Seconds and calls from the compiled tier's readiness to the decision (None: not decided by timing here).
-    decision_s: float | None = None
-    decision_calls: int | None = None
-    cached: bool = False  # decided in an earlier process, read from the persistent cache
-
-    def __str__(self) -> str:
-        text = f"{self.serving}: {self.reason}" if self.reason else self.serving
-        if self.decided:
-            return f"{text} (decided)"
-        # Calls never wait for the compiled tier: a signature stays pending while its build or comparison runs
-        # in the background, however many calls pass meanwhile.
-        return (f"{text} (undecided: ort-cpu serves meanwhile, and calls never wait for the decision; "
-                "mnjit.settle(f, *args) does)")
-
-    __repr__ = __str__
 
 
 class Tiering:
@@ -255,7 +140,7 @@ class Tiering:
 
     def routed(self, sig: SignatureTier) -> bool:
         """Whether the signature's calls must take the Python path (a compiled tier serves or is being judged)."""
-        return sig.phase in _ROUTED
+        return sig.phase in ROUTED
 
     def _submit(self, sig: SignatureTier, step: Callable[..., None], *args) -> bool:
         def job() -> None:
@@ -304,20 +189,26 @@ class Tiering:
             sig.ready_at, sig.calls = time.perf_counter(), 0
             self.active += 1
 
-    def _check(self, sig: SignatureTier, leaves: list, expected: list) -> None:
-        """Judges every candidate against jax.jit's result on the call's inputs, ort-cpu's distance from it
-        setting the bar (mnjit/referee.py); those too far off or failing are dropped. Without a reference (jax.jit
-        failed), the candidates are compared with ort-cpu's outputs at the dtypes' tolerance."""
+    def _check(self, sig: SignatureTier, leaves: list, expected: list, base_s: float = 0.0) -> None:
+        """Judges every candidate (the first only, for slow calls) against jax.jit's result on the call's inputs,
+        ort-cpu's distance from it setting the bar (mnjit/referee.py); those too far off or failing are dropped.
+        Without a reference (jax.jit failed), the candidates are compared with ort-cpu's outputs at the dtypes'
+        tolerance."""
         reference, sig.reference = sig.reference, None  # one comparison: released after it
         if reference is not None:
             try:
                 reference = list(jax.block_until_ready(reference(*leaves)))
             except Exception:
                 reference = None
-        agreed, problems = [], []
-        for compiled in sig.candidates:
+        agreed, problems, took = [], [], {}
+        # Slow calls (ort-cpu's over slow_call_s): the first variant only (IREE's task pool, 1.19 s against 2.36 s on
+        # local-sync on FIRE's 100-step loop); each one compared is a slow run more before the decision.
+        slow = base_s > self.policy.slow_call_s
+        for compiled in sig.candidates[:1] if slow else sig.candidates:
             try:
+                start = time.perf_counter()
                 actual = jax.block_until_ready(compiled.runner.run(leaves))
+                took[id(compiled)] = time.perf_counter() - start
                 if reference is not None:
                     problem = referee.verdict(actual, expected, reference, self.policy.referee_k)
                     problem = problem and f"{compiled.label} disagreed with jax.jit more than ort-cpu does: {problem}"
@@ -325,7 +216,7 @@ class Tiering:
                     problem = referee.disagreement(actual, expected)
                     problem = problem and f"{compiled.label} disagreed with ort-cpu on a call: {problem}"
             except Exception as e:
-                problem = _failed(compiled.label, e)
+                problem = failed_run(compiled.label, e)
             (problems if problem else agreed).append(problem or compiled)
         if agreed:  # the others go on
             for problem in problems:
@@ -336,7 +227,19 @@ class Tiering:
             if agreed:
                 sig.candidates, sig.compiled, sig.phase = tuple(agreed), agreed[0], Phase.TIMING
                 sig.samples = [[] for _ in range(len(agreed) + 1)]
-                return
+                if not slow and max(took.values()) <= self.policy.slow_call_s:
+                    return
+                # Slow calls: the comparison's runs are the first timed call of each tier (its candidates on the
+                # worker, ort-cpu on the call that claimed it). Past decision_s already (FIRE's x100 loop: 13 s to
+                # decide on four more calls of each tier), they decide now, one call each.
+                sig.slow = True
+                sig.samples = [[took[id(c)]] for c in agreed] + [[base_s]]
+                if time.perf_counter() - sig.ready_at < self.policy.decision_s:
+                    return
+                decided = self._decide(sig, sig.candidates)
+        if agreed:
+            self._announce(sig, *decided)
+            return
         if self._drop(sig, problems[0], logging.WARNING) and "disagreed" in problems[0]:
             self._remember(sig, BASE)
 
@@ -351,9 +254,9 @@ class Tiering:
 
     def _settle(self, sig: SignatureTier, phase: Phase, reason: str) -> None:
         """Under the lock: the signature's final phase; a dropped compiled tier is released."""
-        if sig.phase in _ROUTED and phase not in _ROUTED:
+        if sig.phase in ROUTED and phase not in ROUTED:
             self.active -= 1
-        elif sig.phase not in _ROUTED and phase in _ROUTED:
+        elif sig.phase not in ROUTED and phase in ROUTED:
             self.active += 1
         if sig.ready_at and sig.decided_after is None and phase in (Phase.BASE, Phase.COMPILED):
             sig.decided_after = (time.perf_counter() - sig.ready_at, sig.calls)
@@ -369,7 +272,7 @@ class Tiering:
             try:
                 return compiled.runner.run(leaves)
             except Exception as e:  # e.g. a runtime error: the call is answered by ort-cpu instead
-                self._drop(sig, _failed(compiled.name, e), logging.WARNING)
+                self._drop(sig, failed_run(compiled.name, e), logging.WARNING)
                 return run_base(leaves)
         if phase is Phase.READY:
             with self._lock:
@@ -377,8 +280,11 @@ class Tiering:
                 if claimed:
                     sig.phase = Phase.CHECKING
                 sig.calls += 1
+            start = time.perf_counter()
             try:
                 outputs = run_base(leaves)
+                if claimed:  # timed to completion: a slow signature's decision may rest on this call (_check)
+                    jax.block_until_ready(outputs)
             except BaseException:
                 if claimed:
                     self._unclaim(sig)  # a later call compares instead
@@ -386,7 +292,8 @@ class Tiering:
             if claimed:
                 # numpy inputs may be changed in place after the call returns: the worker gets copies.
                 held = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
-                if not self._submit(sig, self._check, held, list(outputs)):
+                base_s = time.perf_counter() - start
+                if not self._submit(sig, self._check, held, list(outputs), base_s):
                     self._unclaim(sig)  # the queue was full: a later call tries again
             return outputs
         if phase is Phase.CHECKING:
@@ -420,7 +327,7 @@ class Tiering:
             try:
                 outputs = jax.block_until_ready(candidates[turn].runner.run(leaves))
             except Exception as e:
-                self._drop(sig, _failed(candidates[turn].label, e), logging.WARNING)
+                self._drop(sig, failed_run(candidates[turn].label, e), logging.WARNING)
                 return run_base(leaves)
         else:
             outputs = jax.block_until_ready(run_base(leaves))
@@ -446,19 +353,26 @@ class Tiering:
                     or time.perf_counter() - sig.ready_at + seconds >= self.policy.decision_s)
             if not tier_trials.timed_enough(samples, sig.out, sig.slow, self.policy.trials, over):
                 return
-            best, verdict, times = tier_trials.verdict(samples, [c.label for c in candidates], sig.slow,
-                                                       self.policy.min_speedup)
-            if best is not None:
-                variant = candidates[best].variant
-                sig.candidates = (candidates[best],)  # the other variants are released
-                sig.compiled = candidates[best]
-                self._settle(sig, Phase.COMPILED, f"{verdict}{f' on {variant}' if variant else ''} {times}")
-            else:
-                self._settle(sig, Phase.BASE, verdict)
-            compiled = sig.compiled
-            serving, reason = (compiled.label if compiled is not None else BASE), sig.reason
+            decided = self._decide(sig, candidates)
+        self._announce(sig, *decided)
+
+    def _decide(self, sig: SignatureTier, candidates: tuple[CompiledTier, ...]) -> tuple[CompiledTier | None, str]:
+        """Under the lock: the decision on the calls timed so far; returns what serves and why (_announce)."""
+        best, verdict, times = tier_trials.verdict(sig.samples, [c.label for c in candidates], sig.slow,
+                                                   self.policy.min_speedup)
+        if best is not None:
+            variant = candidates[best].variant
+            sig.candidates = (candidates[best],)  # the other variants are released
+            sig.compiled = candidates[best]
+            self._settle(sig, Phase.COMPILED, f"{verdict}{f' on {variant}' if variant else ''} {times}")
+        else:
+            self._settle(sig, Phase.BASE, verdict)
+        return sig.compiled, sig.reason
+
+    def _announce(self, sig: SignatureTier, compiled: CompiledTier | None, reason: str) -> None:
+        """Outside the lock: stores a decision for later processes and logs it."""
         self._remember(sig, compiled.name if compiled is not None else BASE, compiled.label if compiled else "")
-        logger.info("mnjit auto: %s serves: %s", serving, reason)
+        logger.info("mnjit auto: %s serves: %s", compiled.label if compiled is not None else BASE, reason)
 
     # -- reporting -------------------------------------------------------------------------------------------
     def status(self, sig: SignatureTier | None) -> TierStatus:
@@ -484,19 +398,3 @@ class Tiering:
                        Phase.TIMING: f"timing {timed}{detail} against ort-cpu "
                                      f"({' and '.join(str(len(t)) for t in samples)} calls so far)"}[phase]
             return TierStatus(BASE, False, pending)
-
-
-def _failed(name: str, error: Exception) -> str:
-    return f"{name} failed on a call: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
-
-
-def settle(fun, *args, timeout: float = 300.0, **kwargs) -> TierStatus:
-    """Calls `fun` (a target="auto" function) with these arguments until its tier for them is decided, and
-    returns the decision: for tests and benchmarks that want the steady state (calls themselves never wait)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        fun.wait_for_tiering(max(0.0, deadline - time.monotonic()))
-        status = fun.tier_status(*args, **kwargs)
-        if status.decided or time.monotonic() > deadline:
-            return status
-        jax.block_until_ready(fun(*args, **kwargs))

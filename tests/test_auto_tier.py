@@ -47,6 +47,8 @@ class _Fake:
         if self.fail:
             raise RuntimeError(self.fail)
         run = jax.jit(jc.jaxpr_as_fun(traced.jaxpr))
+        # Compiled at build, as a real tier is: its first run (the comparison, which may be timed) runs warm.
+        run.lower(*traced.jaxpr.in_avals).compile()
         self.built += 1
         fake = self
 
@@ -424,3 +426,16 @@ def test_exit_during_a_background_compile_is_quiet():
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) == pytest.approx(float(jnp.sum(jnp.tanh(jnp.ones((2, 64))) * 2 + 1)), rel=1e-6)
     assert "leaked" not in done.stderr, done.stderr[-2000:]
+
+
+def test_slow_calls_past_decision_s_decide_on_the_comparison():
+    """Calls over slow_call_s, past decision_s once compared: the comparison's runs are the timed calls (one
+    per tier), and the decision comes with it, not after more slow calls of each tier (FIRE's loop took 13 s)."""
+    fast, slow = _Fake(delay=0.06), _Fake(delay=0.3)
+    f = _auto(_mlp, _Variants(fast=fast, slow=slow), min_speedup=0, slow_call_s=0.03, decision_s=0.1)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    status = tiering.settle(f, x, w)
+    assert status.decided and "on fast" in status.reason and "best of 1 and 1 calls" in status.reason, status
+    assert (fast.runs, slow.runs) == (1, 1)  # the comparison only
+    assert status.decision_calls <= 2, status
+    assert_same(f(x, w), jax.jit(_mlp)(x, w), TOL)

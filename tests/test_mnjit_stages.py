@@ -10,7 +10,8 @@ import pytest
 import hlo2onnx
 
 from harness import assert_same, rand
-from mnjit import MnjitFunction, mnjit
+from mnjit import mnjit
+from mnjit.capture import Capture
 
 
 # -- ahead-of-time stages, as jax.jit's ------------------------------------------------------------------------
@@ -25,7 +26,7 @@ def test_lower_compile_call_matches_jax_jit(options, monkeypatch):
     x, y = rand((3, 2)), np.float32(1.5)
     spec = jax.ShapeDtypeStruct((3, 2), jnp.float32)
     lowered = f.lower(spec, y, power=2)
-    monkeypatch.setattr(MnjitFunction, "_lower", lambda *a: pytest.fail("compile() translated again"))
+    monkeypatch.setattr(Capture, "lower", lambda *a: pytest.fail("compile() translated again"))
     compiled = lowered.compile()
     assert f.translations == 1  # compile() cached the lowering's translation; the calls below reuse it
     assert "stablehlo.sine" in lowered.as_text()  # the caller's lowering keeps its StableHLO
