@@ -13,7 +13,7 @@ import jax
 import hlo2onnx
 from hlo2onnx import compat
 from hlo2onnx.interrupts import InterruptGuard
-from mnjit import device, persist, tiering, fallback as partitioned
+from mnjit import device, persist, tiering, fallback as partitioned, partition_runner
 from mnjit.fast_call import FastCall, fast_call_for, ffi_session, runner_for
 from mnjit.stages import MnjitLowered
 
@@ -103,8 +103,8 @@ class Capture:
             fast = False
         if self.fallback:
             entry = CacheEntry(lowered, lowered.traced.out_tree,
-                               functools.partial(partitioned.PartitionedRunner, lowered, runner_for), tier=tier)
-            entry.fast = partitioned.fused(lowered, fast_call_for) if fast else None
+                               functools.partial(partition_runner.PartitionedRunner, lowered, runner_for), tier=tier)
+            entry.fast = partition_runner.fused(lowered, fast_call_for) if fast else None
             return entry
         in_avals = jax.tree_util.tree_leaves(lowered.traced.in_avals)
         out_avals = jax.tree_util.tree_leaves(lowered.traced.out_info)

@@ -6,7 +6,7 @@ from collections import Counter
 
 from hlo2onnx import targets as target_table
 from mnjit import device
-from mnjit import fallback as partitioned
+from mnjit import fallback as partitioned, partition_runner
 from mnjit.tiering import CompiledTier
 
 
@@ -39,7 +39,7 @@ def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner
         return make_runner(part_target, model, in_avals, out_avals, iree_driver="local-sync")
 
     detail = "" if lowered.whole else "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
-    return [CompiledTier(target.name, partitioned.PartitionedRunner(lowered, make), detail, f"IREE's {driver} driver")
+    return [CompiledTier(target.name, partition_runner.PartitionedRunner(lowered, make), detail, f"IREE's {driver} driver")
             for make, driver in ((task, "local-task"), (sync, "local-sync"))]
 
 

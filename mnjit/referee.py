@@ -17,7 +17,7 @@ than K x ort-cpu does. NaNs must be where the reference has them.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.extend.core as jc

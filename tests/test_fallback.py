@@ -17,7 +17,7 @@ import hlo2onnx
 from harness import assert_same, rand
 from hlo2onnx import targets
 from mnjit import device, mnjit
-from mnjit.fallback import PartitionedRunner
+from mnjit.partition_runner import PartitionedRunner
 
 X = jnp.asarray(rand((5,), seed=1))
 

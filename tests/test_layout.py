@@ -12,9 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hlo2onnx", "mnjit")
-MAX_LINES = 500
-# Being split on another branch; the merge empties this list (and a new entry needs a reason as good).
-LONG_ALLOWED = {"mnjit/api.py", "mnjit/tiering.py"}
+MAX_LINES = 450  # "well under 500": room for a fix, not for a new concern
+# Modules allowed past MAX_LINES, each with its reason (none today).
+LONG_ALLOWED: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:
