@@ -19,7 +19,6 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import mnjit as mnjit_package
@@ -34,14 +33,6 @@ needs_iree = pytest.mark.skipif(importlib.util.find_spec("iree") is None, reason
 
 def _mlp(x, w):
     return jnp.tanh(x @ w).sum(axis=0) * 0.5
-
-
-@pytest.fixture
-def cache(tmp_path):
-    path = tmp_path / "cache"
-    mnjit_package.configure_cache(path)
-    yield path
-    mnjit_package.configure_cache(True)  # back to the environment's: off (conftest.py)
 
 
 def _entries(path: Path, kind: str = persist.TRANSLATION) -> list[Path]:

@@ -12,22 +12,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
-import mnjit as mnjit_package
 from harness import assert_same, rand
 from mnjit import mnjit, persist, trace_key
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = (1e-5, 1e-5)
-
-
-@pytest.fixture
-def cache(tmp_path):
-    path = tmp_path / "cache"
-    mnjit_package.configure_cache(path)
-    yield path
-    mnjit_package.configure_cache(True)  # back to the environment's: off (conftest.py)
 
 
 def _count(path: Path, kind: str) -> int:
