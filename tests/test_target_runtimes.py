@@ -13,6 +13,7 @@ the target refuses by name is skipped, never run.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -123,6 +124,11 @@ def _run_ort(path: str, args: list[np.ndarray]) -> list[np.ndarray]:
 def _run_openvino(path: str, args: list[np.ndarray]) -> list[np.ndarray]:
     import openvino as ov
 
+    if os.environ.get("ONEDNN_MAX_CPU_ISA") and "LayerNormalization" in _op_types(path):
+        # `make test-avx2` caps oneDNN but not OpenVINO's own kernels (release builds ignore OV_CPU_MAX_ISA,
+        # openvinotoolkit/openvino#36980): its MVN then mixes AVX-512 and AVX2 code and segfaults on a last
+        # axis that is not a multiple of 16. A real AVX2 CPU has no such skew; the plain suite runs these rows.
+        pytest.skip("OpenVINO's MVN crashes under the ONEDNN_MAX_CPU_ISA emulation (docs/runtime.md)")
     core = ov.Core()
     model = core.read_model(path)
     # f32 as written: without the hint, CPUs with bf16 units compute f32 models in bf16 (docs/runtime.md).
@@ -155,6 +161,12 @@ def _onnx_inputs(path: str) -> list[str]:
     import onnx
 
     return [v.name for v in onnx.load(path, load_external_data=False).graph.input]
+
+
+def _op_types(path: str) -> set[str]:
+    import onnx
+
+    return {node.op_type for node in onnx.load(path, load_external_data=False).graph.node}
 
 
 def _metadata(path: str) -> dict[str, str]:
