@@ -62,6 +62,8 @@ class MnjitFunction:
         # does a capped cache: jax.jit's hits are invisible to mnjit, which could not keep LRU order. A fallback
         # function's partitions all run inside that one jax.jit (mnjit/fallback.py, `fused`).
         self._fast_ok = own_ort_cpu(self._target) and max_cache_size is None
+        if own_ort_cpu(self._target):
+            ffi.preload()  # the first call's trace runs meanwhile
 
         def dispatch(*args, **kwargs):
             return self._traced_call(*args, **kwargs)

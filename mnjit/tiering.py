@@ -98,7 +98,7 @@ class Tiering:
             return True
         try:
             with persist.cached_only():  # a module missing from the cache would compile here, on the caller
-                built = self._build(sig.traced)
+                built = self._build(sig.traced, only=decision.get("variant"))  # the default builder's option
         except Exception:
             return False
         candidates = (built,) if isinstance(built, CompiledTier) else tuple(built)

@@ -360,9 +360,15 @@ def test_iree_variants_share_the_other_partitions_runners():
     assert [v.variant for v in variants] == ["IREE's local-task driver", "IREE's local-sync driver"]
     assert all("partitions:" in v.detail for v in variants), variants
     assert made.count(("onnxruntime", None)) == 1, made
-    assert ("iree", None) in made and ("iree", "local-sync") in made, made
+    assert ("iree", "local-task") in made and ("iree", "local-sync") in made, made
     for v in variants:
         assert_same(v.runner.run([x]), jax.tree_util.tree_leaves(jax.jit(fun)(x)), TOL, v.variant)
+    # A decision read from the cache builds its variant only (`only`, the label it stored).
+    made.clear()
+    sync, = iree_tier.iree_tier(jax.jit(fun).trace(x), opset=21, name="fun", make_runner=make_runner,
+                                only=variants[1].label)
+    assert sync.label == variants[1].label and made == [("onnxruntime", None), ("iree", "local-sync")], made
+    assert_same(sync.runner.run([x]), jax.tree_util.tree_leaves(jax.jit(fun)(x)), TOL, sync.variant)
 
 
 @needs_iree

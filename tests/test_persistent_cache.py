@@ -224,6 +224,12 @@ WARM = """
         def refuse(*args, **kwargs):
             raise AssertionError("translated in the warm process")
         hlo2onnx.translate_report = refuse  # every translation goes through it: none may run
+    from mnjit import device
+    drivers, make_runner = [], device.make_runner
+    def counting(*args, iree_driver=None, **kwargs):
+        drivers.append(iree_driver)
+        return make_runner(*args, iree_driver=iree_driver, **kwargs)
+    device.make_runner = counting
     f = mnjit(mlp, target="auto", tier_policy=tiering.TierPolicy(min_speedup=0))
     start = time.perf_counter()
     out = jax.block_until_ready(f(x, w))
@@ -234,7 +240,7 @@ WARM = """
         status = tiering.settle(f, x, w)
     print(json.dumps({"ok": ok, "serving": status.serving, "decided": status.decided, "cached": status.cached,
                       "report": f.lower(x, w).report(), "first": first,
-                      "active": f._tiers.active}))
+                      "active": f._tiers.active, "drivers": drivers}))
 """
 
 
@@ -250,3 +256,7 @@ def test_warm_process_runs_its_first_call_on_the_decided_tier(tmp_path):
     assert "persistent cache" in warm["report"].splitlines()[0] and CACHED in warm["report"], warm
     if warm["serving"] == "iree-cpu":  # min_speedup=0 keeps IREE wherever it agrees
         assert warm["active"] == 1  # the first call took the compiled tier's path
+        # Only the decided variant's runtime is loaded (both drivers' when it was built and timed).
+        iree = [d for d in warm["drivers"] if d is not None]
+        assert len(iree) == 1 and iree[0] in warm["report"], warm
+        assert {d for d in cold["drivers"] if d is not None} == {"local-task", "local-sync"}, cold
