@@ -71,8 +71,15 @@ class _Library:
             self._preloading = True
         threading.Thread(target=self.get, name="mnjit-ort-load", daemon=True).start()
 
+    def after_fork(self) -> None:
+        """In a forked child: the preloading thread did not come along, and may have held the lock."""
+        self._lock = threading.Lock()
+        if self._lib is None:
+            self.reason, self._preloading = "not tried yet", False
+
 
 _LIBRARY = _Library()
+os.register_at_fork(after_in_child=_LIBRARY.after_fork)
 
 
 def preload() -> None:

@@ -169,3 +169,30 @@ def test_a_slow_signature_is_one_session(monkeypatch):
     x = rand((3,), low=0.5, high=1)
     assert_same(fun(x), jax.jit(fun._fun)(x))
     assert _fast_entries(fun) == [False] and len(made) == 1
+
+
+def test_a_fork_during_the_library_preload_leaves_the_child_a_free_lock():
+    """mnjit(f) loads ORT's library on a daemon thread (ffi.preload); a process forked while that thread holds the
+    library's lock must not inherit it held, or the child's first call would wait forever."""
+    import os
+
+    library = ffi._LIBRARY
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with library._lock:  # as the preloading thread does while it loads
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: nothing of jax, only the lock
+            os._exit(0 if library._lock.acquire(timeout=5) else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        holder.join()
+    assert os.waitstatus_to_exitcode(status) == 0
