@@ -62,8 +62,6 @@ class MnjitFunction:
         # does a capped cache: jax.jit's hits are invisible to mnjit, which could not keep LRU order. A fallback
         # function's partitions all run inside that one jax.jit (mnjit/fallback.py, `fused`).
         self._fast_ok = own_ort_cpu(self._target) and max_cache_size is None
-        if own_ort_cpu(self._target):
-            ffi.preload()  # the first call's trace runs meanwhile
 
         def dispatch(*args, **kwargs):
             return self._traced_call(*args, **kwargs)
@@ -308,6 +306,8 @@ class MnjitFunction:
         # a signature whose compiled tier serves from the first call needs no ORT session of its own.
         start_tier = None if self._tiers is None else lambda made: self._tiers.start(
             made.traced, x64, getattr(made, "cache_key", None))
+        if own_ort_cpu(self._target):
+            ffi.preload()  # ORT's library loads on a thread while this signature traces (at a call: not before a fork)
         with InterruptGuard():
             return self._capture.entry(args, kwargs, fast, lowered, start_tier)
 

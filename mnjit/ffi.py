@@ -85,7 +85,8 @@ os.register_at_fork(after_in_child=_LIBRARY.after_fork)
 def preload() -> None:
     """Loads the extension on a daemon thread, once per process: loading ONNX Runtime's library and creating
     its environment (20-30 ms, in C, without the GIL) then overlaps the trace of the first call, which waits
-    for it in `get` only if it is not done."""
+    for it in `get` only if it is not done. Called at a first call, not when a function is made: ORT's thread
+    pool, made here, does not survive a fork, and forking after defining functions is common."""
     _LIBRARY.preload()
 
 
