@@ -110,12 +110,12 @@ def workloads(quick: bool, targets: list[str]) -> str:
     geo = ["geomean", ""] + [_geomean(logs[t]) for t in targets]
     geo += [_geomean(logs.get("auto before", [])), "", ""] if "auto" in targets else []
     rows.append(geo + [""])
+    quick_note = "Quick mode: the CFD rollout is 4 x 5 steps and the FIRE loop 10 steps. " if quick else ""
     note = (f"Steady state, the median of {rounds} interleaved rounds; ratio = mnjit's time / jax.jit's (below 1: "
             "mnjit is faster). `auto` is timed twice: right after its first call, while its compiled tier builds "
             "in the background (before the decision), and once decided; the decision's time counts from the "
-            "moment the build was ready (mnjit's persistent cache off: every decision is made in the run). " + ("Quick mode: the CFD rollout is 4 x 5 steps and the FIRE loop 10 steps. "
-                                    if quick else "") +
-            "Targets other than ort-cpu and auto run with `fallback=True`.")
+            "moment the build was ready (mnjit's persistent cache off: every decision is made in the run). "
+            f"{quick_note}Targets other than ort-cpu and auto run with `fallback=True`.")
     return note + "\n\n" + _markdown(head, rows)
 
 
