@@ -7,6 +7,7 @@ from collections import Counter
 from hlo2onnx import targets as target_table
 from mnjit import device
 from mnjit import fallback as partitioned, partition_runner
+from mnjit.tier_state import tier_label
 from mnjit.tiering import CompiledTier
 
 DRIVERS = ("local-task", "local-sync")
@@ -44,7 +45,7 @@ def iree_tier(traced, opset: int, name: str, make_runner: partitioned.MakeRunner
     detail = "" if lowered.whole else "partitions: " + ", ".join(f"{n} on {p}" for p, n in places.items())
     variants = {driver: f"IREE's {driver} driver" for driver in DRIVERS}
     return [CompiledTier(target.name, partition_runner.PartitionedRunner(lowered, on(driver)), detail, variant)
-            for driver, variant in variants.items() if only in (None, f"{target.name} ({variant})")]  # its label
+            for driver, variant in variants.items() if only in (None, tier_label(target.name, variant))]
 
 
 def unavailable_reason() -> str | None:

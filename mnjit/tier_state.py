@@ -28,7 +28,12 @@ class CompiledTier:
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.variant})" if self.variant else self.name
+        return tier_label(self.name, self.variant)
+
+
+def tier_label(name: str, variant: str = "") -> str:
+    """A compiled tier's label, as reports show it and stored decisions name it: the tier and its variant."""
+    return f"{name} ({variant})" if variant else name
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,8 @@ def _run_ort(path: str, args: list[np.ndarray]) -> list[np.ndarray]:
 def _run_openvino(path: str, args: list[np.ndarray]) -> list[np.ndarray]:
     import openvino as ov
 
-    if os.environ.get("ONEDNN_MAX_CPU_ISA") and "LayerNormalization" in _op_types(path):
+    written = _model(path)
+    if os.environ.get("ONEDNN_MAX_CPU_ISA") and "LayerNormalization" in {n.op_type for n in written.graph.node}:
         # `make test-avx2` caps oneDNN but not OpenVINO's own kernels (release builds ignore OV_CPU_MAX_ISA,
         # openvinotoolkit/openvino#36980): its MVN then mixes AVX-512 and AVX2 code and segfaults on a last
         # axis that is not a multiple of 16. A real AVX2 CPU has no such skew; the plain suite runs these rows.
@@ -134,7 +135,7 @@ def _run_openvino(path: str, args: list[np.ndarray]) -> list[np.ndarray]:
     # f32 as written: without the hint, CPUs with bf16 units compute f32 models in bf16 (docs/runtime.md).
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     names = [port.get_any_name() for port in model.inputs]
-    onnx_names = _onnx_inputs(path)
+    onnx_names = [v.name for v in written.graph.input]
     feeds = {name: args[onnx_names.index(name)] for name in names}  # OpenVINO drops inputs nothing reads
     results = compiled.create_infer_request().infer(feeds)
     return [results[port] for port in compiled.outputs]
@@ -148,37 +149,21 @@ def _run_iree(path: str, args: list[np.ndarray]) -> list[np.ndarray]:
     subprocess.run([sys.executable, "-m", "iree.compiler.tools.import_onnx", path, "-o", mlir], check=True,
                    capture_output=True)
     # The flags the model records for its consumer (IREE demotes f64 and i64 without them), as a user reads them.
-    flags = _metadata(path)["hlo2onnx.iree-compile-flags"].split()
+    written = _model(path)
+    flags = {p.key: p.value for p in written.metadata_props}["hlo2onnx.iree-compile-flags"].split()
     vmfb = iree_tools.compile_file(mlir, target_backends=["llvm-cpu"],
                                    extra_args=["--iree-llvmcpu-target-cpu=host", *flags])
     module = iree_rt.load_vm_flatbuffer(vmfb, driver="local-task")
-    results = module[_graph_name(path)](*args)
+    results = module[written.graph.name](*args)
     results = results if isinstance(results, (tuple, list)) else [results]
     return [np.asarray(r.to_host()) for r in results]
 
 
-def _onnx_inputs(path: str) -> list[str]:
+def _model(path: str):
+    """The written model as its runtime's user reads it (its inputs, ops, metadata and graph name)."""
     import onnx
 
-    return [v.name for v in onnx.load(path, load_external_data=False).graph.input]
-
-
-def _op_types(path: str) -> set[str]:
-    import onnx
-
-    return {node.op_type for node in onnx.load(path, load_external_data=False).graph.node}
-
-
-def _metadata(path: str) -> dict[str, str]:
-    import onnx
-
-    return {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
-
-
-def _graph_name(path: str) -> str:
-    import onnx
-
-    return onnx.load(path, load_external_data=False).graph.name
+    return onnx.load(path, load_external_data=False)
 
 
 RUNTIMES = [

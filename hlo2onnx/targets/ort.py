@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlo2onnx.targets.profile import Target, parse_dtypes as _parse
+from hlo2onnx.targets.profile import Target, parse_dtypes
 
 _INTS = "int8 int16 int32 int64 uint8 uint16 uint32 uint64"
 _FLOAT_ONLY = "bool " + _INTS  # ops whose kernels exist for floats only
@@ -87,8 +87,8 @@ for _op in F16_VIA_F32:
 _ORT_CPU_WRONG = {"ReduceSum": _INTS, "ReduceProd": _INTS}
 
 
-ORT_CPU = Target("ort-cpu", {op: _parse(spec) for op, spec in ORT_CPU_MISSING.items()},
-                 wrong={op: _parse(spec) for op, spec in _ORT_CPU_WRONG.items()},
+ORT_CPU = Target("ort-cpu", {op: parse_dtypes(spec) for op, spec in ORT_CPU_MISSING.items()},
+                 wrong={op: parse_dtypes(spec) for op, spec in _ORT_CPU_WRONG.items()},
                  propagates_nan=True,
                  description="ONNX Runtime's CPU provider (kernel gaps measured)")
 
@@ -138,8 +138,8 @@ _ORT_CUDA_KERNELS = {
 
 
 def _kernel_table(kernels: dict[str, str]) -> dict[str, frozenset[np.dtype]]:
-    everything = _parse(_ALL)
-    return {op: everything - _parse(spec) for op, spec in kernels.items()}
+    everything = parse_dtypes(_ALL)
+    return {op: everything - parse_dtypes(spec) for op, spec in kernels.items()}
 
 
 ORT_CUDA = Target("ort-cuda", _kernel_table(_ORT_CUDA_KERNELS), bf16_compute=True, propagates_nan=True,
@@ -155,6 +155,6 @@ _CORE_OPS = frozenset("""
     Reciprocal ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice
     Softmax Split Sqrt Squeeze Sub Tanh Tile Transpose Unsqueeze Where
 """.split())
-CORE = Target("core", {"MatMul": _parse("int32 int64 bool"), "Gemm": _parse("int32 int64 bool")},
-              ops=_CORE_OPS, dtypes=_parse("bool int32 int64 float32"), expanded=frozenset({"IsNaN", "IsInf"}),
+CORE = Target("core", {"MatMul": parse_dtypes("int32 int64 bool"), "Gemm": parse_dtypes("int32 int64 bool")},
+              ops=_CORE_OPS, dtypes=parse_dtypes("bool int32 int64 float32"), expanded=frozenset({"IsNaN", "IsInf"}),
               description="a strict accelerator-compiler subset: f32/i32/i64/bool, no Loop/If, common ops only")
