@@ -108,9 +108,10 @@ def test_concurrent_calls_share_a_session_correctly():
 
 def test_ctrl_c_ends_a_long_run_promptly():
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import sys, time
+        import signal, sys, time
         import jax, jax.numpy as jnp
         from mnjit import mnjit
+        print("SIGINT handler:", signal.getsignal(signal.SIGINT), file=sys.stderr)  # shown if the test fails
         def spin(x):
             return jax.lax.fori_loop(0, 50_000_000, lambda i, v: jnp.sin(v) * 1.0001 + 1e-3, x)
         fun = mnjit(spin)
@@ -133,7 +134,8 @@ def test_ctrl_c_ends_a_long_run_promptly():
     except subprocess.TimeoutExpired:  # the interrupt was lost: what the child said explains where
         child.kill()
         out, err = child.communicate()
-        pytest.fail(f"Ctrl-C did not end the run within 60 s; the child's stdout {out!r}, stderr: {err[-2000:]}")
+        pytest.fail(f"Ctrl-C did not end the run within 60 s; the child's stdout {out!r}, stderr: {err[-2000:]}; "
+                    f"this process's SIGINT handler: {signal.getsignal(signal.SIGINT)}")
     assert child.returncode == 0, err[-2000:]
     assert out.startswith("interrupted"), out
     assert float(out.split()[1]) - sent < 0.5  # jax.jit takes ~0.2 s; ORT used to take up to 1.6 s
