@@ -1,6 +1,6 @@
 """Hashes of the ort-cpu graphs of every case of the test tables (tests/case_tables.py), keyed by a hash of
 the case's StableHLO: tests/test_ort_cpu_graphs.py holds the graphs byte-identical to the reference in
-tests/data/ort_cpu_graphs.json, which `python tests/graph_hashes.py > tests/data/ort_cpu_graphs.json` writes.
+tests/data/ort_cpu_graphs.json, which this script writes (see its end: one run per jax version, then merged).
 
 Keyed by the StableHLO text, not the case's name: jax versions lower some cases differently, and a graph can
 only be held to a reference made from the same module (cases whose text the reference lacks are skipped).
@@ -48,9 +48,21 @@ def hashes(shard: int = 0, shards: int = 1) -> Iterator[tuple[str, str]]:
                 yield digest(text.encode()), model
 
 
+def merge(references: list[dict]) -> dict:
+    """One reference from several jax versions' own: a module whose graphs differ between them keeps each."""
+    merged: dict = {}
+    for reference in references:
+        for module, graphs in reference.items():
+            known = merged.setdefault(module, [])
+            known.extend(g for g in (graphs if isinstance(graphs, list) else [graphs]) if g not in known)
+    return {module: graphs[0] if len(graphs) == 1 else graphs for module, graphs in sorted(merged.items())}
+
+
 if __name__ == "__main__":
-    reference = {}
-    for path in sys.argv[1:]:  # references to merge (one per jax version)
-        reference.update(json.loads(Path(path).read_text()))
-    reference.update(dict(hashes()))
-    print(json.dumps(dict(sorted(reference.items())), indent=0))
+    # Each jax version of .ci's two stacks writes its own (`python tests/graph_hashes.py > new-jax.json`); then
+    # `python tests/graph_hashes.py --merge old-jax.json new-jax.json > tests/data/ort_cpu_graphs.json`.
+    if sys.argv[1:2] == ["--merge"]:
+        result = merge([json.loads(Path(path).read_text()) for path in sys.argv[2:]])
+    else:
+        result = dict(sorted(hashes()))
+    print(json.dumps(result, indent=0))

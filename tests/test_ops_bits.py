@@ -109,6 +109,12 @@ CASES = [
     Case("shift_right_i8_by_i8_array", lambda a: a >> jnp.int8(9), (full_range(np.int8),)),
     Case("right_shift_u16", jnp.right_shift, (full_range(np.uint16), amounts(np.uint16))),
     Case("left_shift_jnp_i64", jnp.left_shift, (full_range(np.int64), amounts(np.int64)), x64=True),
+    # One amount for the whole array, known only at run time (jax's threefry rotations on CPU): the rule caps and
+    # tests it before its broadcast. In range, at the width and past it, and negative (read as unsigned).
+    *[Case(f"shifts_broadcast_amount_{np.dtype(d).name}_{n}", lambda a, n: shifts(a, jnp.broadcast_to(n, a.shape)),
+           (full_range(d, 24), np.asarray(n).astype(d)), x64=np.dtype(d).itemsize == 8)
+      for d in (np.uint8, np.int16, np.uint16, np.uint32, np.int32, np.int64)
+      for n in (5, 8 * np.dtype(d).itemsize, -1)],
     # 64-bit remainders past 2^53 (ORT's integer fmod goes through double)
     *[Case(f"div_rem_large_{np.dtype(d).name}", lambda a, c: (lax.div(a, c), lax.rem(a, c)),
            (full_range(d, 24), np.where(full_range(d, 24, 1) == 0, 3, full_range(d, 24, 1) >> 20).astype(d)), x64=True)

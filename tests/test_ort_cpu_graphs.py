@@ -1,7 +1,8 @@
 """ort-cpu's models for the test tables are byte for byte those of the reference (tests/data/ort_cpu_graphs.json,
-written by tests/graph_hashes.py before targets got NaN guards and rewrites in the pipeline): ORT propagates NaN
-through Max and Min and needs no rewrite, so its graphs, and its speed, must not change. The one addition,
-metadata_props' record of integer wraparound, is left out of the hash.
+written by tests/graph_hashes.py): a target's rewrites and NaN guards live in that target, so no change made for
+another target may reach ort-cpu's graphs, or their speed. A change meant for ort-cpu's graphs rewrites the
+reference in the same commit (tests/graph_hashes.py says how). metadata_props' record of integer wraparound is
+left out of the hash.
 
 The cases are split into shards so that pytest-xdist spreads them; a case whose StableHLO the reference lacks
 (lowered by another jax version than the reference's two) is not compared, and each shard must compare most

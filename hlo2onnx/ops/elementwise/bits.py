@@ -54,19 +54,33 @@ def _shift(kind: str, ctx: RuleContext, x: ir.Value, amount: ir.Value) -> ir.Val
     """XLA's shifts: the amount is read as unsigned; amounts >= the width give 0 (or the sign, arithmetic)."""
     b, dtype = ctx.b, ctx.out_type.dtype
     width, wide = _bits(dtype), _SHIFTABLE[dtype.itemsize]
+    # A broadcast amount (jax's rotations: one scalar per shift) is capped and tested before its Expand:
+    # BitShift and the masks below broadcast it themselves.
+    producer = amount.producer()
+    if producer is not None and producer.op_type == "Expand" and producer.domain == "":
+        amount = producer.inputs[0]
     value, amount = unsigned_view(b, x, dtype), unsigned_view(b, amount, dtype)
     capped = b.op("Min", amount, b.const(width - 1, wide))
     if kind == "arithmetic":  # on ~x for negative x, then back: the vacated bits fill with the sign
-        ones = b.const(2 ** width - 1, wide)
         negative = b.op("Greater", value, b.const(2 ** (width - 1) - 1, wide))
-        flipped = b.typed("Where", negative, b.op("BitwiseXor", value, ones), value, dtype=wide, cast=(1, 2))
-        shifted = b.op("BitShift", flipped, capped, direction="RIGHT")
-        result = b.typed("Where", negative, b.op("BitwiseXor", shifted, ones), shifted, dtype=wide, cast=(1, 2))
+        flip = _mask(b, negative, wide, width)
+        result = b.op("BitwiseXor", b.op("BitShift", b.op("BitwiseXor", value, flip), capped, direction="RIGHT"),
+                      flip)
     else:
         shifted = b.op("BitShift", value, capped, direction=kind)
         in_range = b.op("Less", amount, b.const(width, wide))
-        result = b.typed("Where", in_range, shifted, b.const(0, wide), dtype=wide, cast=(1, 2))
+        result = b.op("BitwiseAnd", shifted, _mask(b, in_range, wide, width))
     return from_unsigned(b, result, dtype)
+
+
+def _mask(b, condition: ir.Value, wide: np.dtype, width: int) -> ir.Value:
+    """The low `width` bits set where `condition` holds, else 0, as unsigned `wide`. ORT's Where on integers runs
+    on one thread without vector code (8.9 ms on 2^20 uint32, against 1.7 ms for this Cast and Mul, measured):
+    the mask replaces it where the target multiplies `wide` natively (a product with 0 or 1 is exact)."""
+    ones = b.const(2 ** width - 1, wide)
+    if b.target.compute_dtype("Mul", wide) == wide:
+        return b.op("Mul", b.cast(condition, wide), ones)
+    return b.typed("Where", condition, ones, b.const(0, wide), dtype=wide, cast=(1, 2))
 
 
 register("stablehlo.shift_left")(partial(_shift, "LEFT"))
