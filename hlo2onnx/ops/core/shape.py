@@ -55,6 +55,13 @@ def broadcast_in_dim(ctx: RuleContext, x, *, broadcast_dimensions):
     return x
 
 
+def broadcast_of(x: ir.Value) -> ir.Node | None:
+    """The Expand that broadcast `x` (broadcast_in_dim's last step), or None: a rule may work on its smaller
+    operand, inputs[0], and leave the broadcast to ops that broadcast by themselves."""
+    producer = x.producer()
+    return producer if producer is not None and producer.op_type == "Expand" and producer.domain == "" else None
+
+
 def unsqueeze_missing(b, x: ir.Value, dims, rank: int) -> ir.Value:
     """Inserts unit axes for the result axes not in `dims` (x's axes already in result order)."""
     missing = [d for d in range(rank) if d not in dims]

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from hlo2onnx.ops.core.shape import broadcast_of
 from hlo2onnx.registry import register, register_complex
 from hlo2onnx.types import is_bool, is_float
 
@@ -56,9 +57,9 @@ def _shift(kind: str, ctx: RuleContext, x: ir.Value, amount: ir.Value) -> ir.Val
     width, wide = _bits(dtype), _SHIFTABLE[dtype.itemsize]
     # A broadcast amount (jax's rotations: one scalar per shift) is capped and tested before its Expand:
     # BitShift and the masks below broadcast it themselves.
-    producer = amount.producer()
-    if producer is not None and producer.op_type == "Expand" and producer.domain == "":
-        amount = producer.inputs[0]
+    expand = broadcast_of(amount)
+    if expand is not None:
+        amount = expand.inputs[0]
     value, amount = unsigned_view(b, x, dtype), unsigned_view(b, amount, dtype)
     capped = b.op("Min", amount, b.const(width - 1, wide))
     if kind == "arithmetic":  # on ~x for negative x, then back: the vacated bits fill with the sign

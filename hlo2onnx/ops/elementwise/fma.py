@@ -31,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from hlo2onnx.builder import Builder
+from hlo2onnx.ops.core.shape import broadcast_of
 from hlo2onnx.registry import allow_dynamic, register
 from hlo2onnx.translator import RuleContext
 
@@ -92,9 +93,9 @@ def _widen(b: Builder, v: ir.Value) -> ir.Value:
     Expand, so that the cast folds into the constant and the clean-up drops the Expand into the Mul and Add
     that broadcast by themselves: the graph is then the same as on a scalar, where the erf/erfc templates of
     the Erf and Gelu fusions were traced."""
-    producer = v.producer()
-    if producer is not None and producer.op_type == "Expand" and producer.domain == "":
-        return b.op("Expand", b.cast(producer.inputs[0], F64), producer.inputs[1])
+    expand = broadcast_of(v)
+    if expand is not None:
+        return b.op("Expand", b.cast(expand.inputs[0], F64), expand.inputs[1])
     return b.cast(v, F64)
 
 
