@@ -107,6 +107,9 @@ class SignatureTier:
     slow: bool = False  # timing: a call took over slow_call_s
     cancelled: bool = False
     reference: Any = None  # jax.jit's executable of the jaxpr, for the comparison (READY to CHECKING)
+    # COMPILING: the latest call that took over slow_call_s on ort-cpu, as (inputs, outputs, seconds); the build,
+    # once ready, compares on it at once instead of waiting for the next call (Tiering._compile)
+    slow_call: tuple[list, list, float] | None = None
     ready_at: float = 0.0  # perf_counter when the build was ready
     calls: int = 0  # calls since the build was ready
     decided_after: tuple[float, int] | None = None  # seconds and calls from the build's readiness to the decision

@@ -32,6 +32,15 @@ def leave_out_slower(samples: Sequence[Sequence[float]], out: set[int], clearly_
             out.add(i)
 
 
+def clear_winner(samples: Sequence[Sequence[float]], clearly_slower: float) -> bool:
+    """Whether every tier has a timed call and one tier's best is `clearly_slower` times faster than every
+    other's: slow calls decide on it at once (a second slow call of each would not change the verdict)."""
+    if len(samples) < 2 or not all(samples):
+        return False
+    fastest, runner_up = sorted(min(times) for times in samples)[:2]
+    return runner_up >= clearly_slower * fastest
+
+
 def timed_enough(samples: Sequence[Sequence[float]], out: set[int], slow: bool, trials: int,
                  over_limit: bool) -> bool:
     """Whether the tiers in the turns have `trials` timed calls each (two for slow calls), or one each once a

@@ -8,11 +8,13 @@ Per signature (docs/runtime.md, Tiered execution):
    jax.jit's executable of the jaxpr as the referee, on that call's inputs: the compiled tier is kept when its
    results are as close to jax.jit's as ort-cpu's are (mnjit/referee.py). A tier further off, or any error in
    building or running it, is dropped for that signature, with the reason logged (logger "mnjit") and shown
-   by `lower(...).report()`.
+   by `lower(...).report()`. A signature whose calls take over `slow_call_s` on ort-cpu is compared at once
+   instead, on the latest such call made while the build ran (its inputs and outputs held until then).
 3. Then real calls take turns on the tiers, each timed to completion, in blocks of a warm-up call and two timed
    ones (one timed call, the faster of two per tier counting, once a call takes over `slow_call_s`; then the
-   comparison's runs are each tier's first timed call, and decide at once when `decision_s` has passed). A tier
-   clearly slower than the best (`clearly_slower`) leaves the turns at once. The decision comes when each
+   comparison's runs are each tier's first timed call, and decide at once when `decision_s` has passed or one
+   tier is `clearly_slower` times faster than the others). A tier clearly slower than the best
+   (`clearly_slower`) leaves the turns at once. The decision comes when each
    tier has `trials` timed calls, or once `decision_calls` calls or `decision_s` seconds have passed since
    the build was ready (each tier timed once at least): the compiled tier keeps the signature if
    ort-cpu's median (or best) is over `min_speedup` (1.1) times its own; otherwise ort-cpu does, its fast path
@@ -183,11 +185,15 @@ class Tiering:
         with self._lock:
             if sig.cancelled or sig.phase is not Phase.COMPILING:
                 return  # evicted meanwhile: the result is dropped here
-            sig.candidates, sig.compiled, sig.phase = candidates, candidates[0], Phase.READY
+            slow_call, sig.slow_call = sig.slow_call, None
+            sig.candidates, sig.compiled = candidates, candidates[0]
+            sig.phase = Phase.READY if slow_call is None else Phase.CHECKING
             sig.samples = [[] for _ in range(len(candidates) + 1)]
             sig.traced, sig.reference = None, reference  # the plan holds what the compiled tier needs
             sig.ready_at, sig.calls = time.perf_counter(), 0
             self.active += 1
+        if slow_call is not None:  # compared now, on a slow call made meanwhile (_base_while_compiling)
+            self._check(sig, *slow_call)
 
     def _check(self, sig: SignatureTier, leaves: list, expected: list, base_s: float = 0.0) -> None:
         """Judges every candidate (the first only, for slow calls) against jax.jit's result on the call's inputs,
@@ -234,7 +240,8 @@ class Tiering:
                 # decide on four more calls of each tier), they decide now, one call each.
                 sig.slow = True
                 sig.samples = [[took[id(c)]] for c in agreed] + [[base_s]]
-                if time.perf_counter() - sig.ready_at < self.policy.decision_s:
+                if (time.perf_counter() - sig.ready_at < self.policy.decision_s
+                        and not tier_trials.clear_winner(sig.samples, self.policy.clearly_slower)):
                     return
                 decided = self._decide(sig, sig.candidates)
         if agreed:
@@ -262,7 +269,7 @@ class Tiering:
             sig.decided_after = (time.perf_counter() - sig.ready_at, sig.calls)
         sig.phase, sig.reason = phase, reason
         if phase is Phase.BASE:
-            sig.compiled, sig.candidates, sig.traced, sig.reference = None, (), None, None
+            sig.compiled, sig.candidates, sig.traced, sig.reference, sig.slow_call = None, (), None, None, None
 
     # -- calls -----------------------------------------------------------------------------------------------
     def run(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
@@ -301,7 +308,25 @@ class Tiering:
                 sig.calls += 1
         if phase is Phase.TIMING:
             return self._trial(sig, leaves, run_base)
+        if phase is Phase.COMPILING:
+            return self._base_while_compiling(sig, leaves, run_base)
         return run_base(leaves)
+
+    def _base_while_compiling(self, sig: SignatureTier, leaves: Sequence, run_base: Callable[[Sequence], list]) -> list:
+        """A call on ort-cpu while the compiled tier builds. One that takes over `slow_call_s` is held, inputs and
+        outputs, for the comparison to run on as soon as the build is ready (_compile), with ort-cpu's best such
+        time as its timing: waiting for the next call would cost one slow call to start and one to run (FIRE's
+        100-step loop: 1.6 s each on ort-cpu). Only the latest is held, and only until the build is ready."""
+        start = time.perf_counter()
+        outputs = run_base(leaves)
+        seconds = time.perf_counter() - start  # the Python path returns once run (the fast path is never this slow)
+        if seconds > self.policy.slow_call_s:
+            held = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]  # numpy: mutable
+            with self._lock:
+                if sig.phase is Phase.COMPILING:
+                    best = seconds if sig.slow_call is None else min(seconds, sig.slow_call[2])
+                    sig.slow_call = (held, list(outputs), best)
+        return outputs
 
     def _unclaim(self, sig: SignatureTier) -> None:
         with self._lock:
