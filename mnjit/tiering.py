@@ -236,11 +236,13 @@ class Tiering:
                 if not slow and max(took.values()) <= self.policy.slow_call_s:
                     return
                 # Slow calls: the comparison's runs are the first timed call of each tier (its candidates on the
-                # worker, ort-cpu on the call that claimed it). Past decision_s already (FIRE's x100 loop: 13 s to
-                # decide on four more calls of each tier), they decide now, one call each.
+                # worker, ort-cpu on the call that claimed it or held while building). Past decision_s (FIRE's x100
+                # loop: 13 s to decide on four more calls of each tier), they decide now, one call each.
                 sig.slow = True
                 sig.samples = [[took[id(c)]] for c in agreed] + [[base_s]]
-                if (time.perf_counter() - sig.ready_at < self.policy.decision_s
+                # As _record: a next call as long as the fastest tier's would pass decision_s, so it decides now.
+                shortest = min(times[0] for times in sig.samples)
+                if (time.perf_counter() - sig.ready_at + shortest < self.policy.decision_s
                         and not tier_trials.clear_winner(sig.samples, self.policy.clearly_slower)):
                     return
                 decided = self._decide(sig, sig.candidates)
