@@ -50,6 +50,10 @@ logger = logging.getLogger("mnjit")
 MAX_JOBS = background.MAX_JOBS
 
 
+def _deleted(arrays: Sequence) -> bool:
+    return any(isinstance(a, jax.Array) and a.is_deleted() for a in arrays)
+
+
 class Tiering:
     """One auto function's tiering: starts each signature's background build, routes calls, judges the
     tiers. `active` counts the signatures whose calls must take the Python path."""
@@ -186,6 +190,8 @@ class Tiering:
             if sig.cancelled or sig.phase is not Phase.COMPILING:
                 return  # evicted meanwhile: the result is dropped here
             slow_call, sig.slow_call = sig.slow_call, None
+            if slow_call is not None and _deleted(slow_call[0] + slow_call[1]):
+                slow_call = None  # donated or deleted since (jax.Array.delete): the next call is compared instead
             sig.candidates, sig.compiled = candidates, candidates[0]
             sig.phase = Phase.READY if slow_call is None else Phase.CHECKING
             sig.samples = [[] for _ in range(len(candidates) + 1)]

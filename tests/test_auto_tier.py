@@ -485,3 +485,23 @@ def test_slow_call_while_compiling_is_compared_at_once(case):
         assert fake.runs == 1, fake.runs  # the comparison only, on the held call
         assert ("disagreed" if case == "wrong tier" else "best of 1 and 1 calls") in status.reason, status
     assert_same(f(x, w, n), expected, TOL)
+
+
+def test_held_slow_call_deleted_meanwhile_compares_the_next_call():
+    """The held call's arrays may be donated to another jax.jit or deleted while the tier builds: the next call is
+    compared instead, and the tier is not dropped for an error of the caller's making."""
+    gate = threading.Event()
+    fake = _Fake(gate=gate)
+    f = _auto(_loop, fake, slow_call_s=0.0, min_speedup=0)
+    x, w = rand((128, 128)), rand((128, 128), seed=1) * 0.01
+    n = jnp.int32(20)
+    expected = jax.jit(_loop)(x, w, n)
+    try:
+        f(x, w, n).delete()
+    finally:
+        gate.set()
+    assert f.wait_for_tiering(60)
+    assert "compares" in str(f.tier_status(x, w, n)) and fake.runs == 0
+    status = tiering.settle(f, x, w, n)
+    assert status.decided and status.serving == "fake", status
+    assert_same(f(x, w, n), expected, TOL)
