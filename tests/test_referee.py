@@ -117,3 +117,46 @@ def test_rule():
     nans = np.array([np.nan, 1.0])
     assert referee.error(nans, nans) == 0 and referee.error(np.array([0.0, 1.0]), nans) == np.inf
     assert referee.error(np.ones(3), np.ones(4)) == np.inf
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_implied_never_accepts_what_the_verdict_refuses(dtype):
+    """referee.implied skips jax.jit's run: a candidate within IMPLIED of ort-cpu's tolerance must pass verdict()
+    whatever jax.jit computed. Adversarial triples: ort-cpu at errors around 1/K from jax.jit (where the bound is
+    tightest) and far beyond, the candidate pushed IMPLIED further the same way; with IMPLIED at 0.9 this fails."""
+    dt = jnp.dtype(dtype)
+    rtol, atol = referee.TOLERANCE[dtype]
+    rng, skipped = np.random.default_rng(0), []
+    for trial in range(300):
+        jax_out = (rng.standard_normal(64) * 10.0 ** rng.uniform(-3, 3)).astype(dt)
+        r = jax_out.astype(np.float64)
+        scale = atol * max(1.0, float(np.abs(r).max()))
+        ort_error = [0.0, 0.05, 0.2, 0.25, 0.3, 1.0, 3.0, 50.0][trial % 8]
+        ort = (r + np.sign(rng.standard_normal(64)) * ort_error * (scale + rtol * np.abs(r))).astype(dt)
+        o = ort.astype(np.float64)
+        o_scale = atol * max(1.0, float(np.abs(o).max()))
+        push = np.sign(o - r) + (o == r)  # away from jax.jit's value
+        candidate = (o + push * referee.IMPLIED * 0.85 * (o_scale + rtol * np.abs(o))).astype(dt)
+        if not referee.implied([candidate], [ort]):
+            skipped.append(trial)
+            continue  # rounding to the dtype may have carried it past IMPLIED
+        assert referee.verdict([candidate], [ort], [jax_out]) is None, (trial, ort_error)
+    assert len(skipped) < 150, len(skipped)  # most triples test the bound
+
+
+def test_jax_jit_runs_only_where_ort_cpu_does_not_settle_it(monkeypatch):
+    """A tier equal to ort-cpu (or within IMPLIED of it) is accepted without jax.jit's run; one further off is
+    judged by it."""
+    runs = []
+
+    def counting(traced):
+        executable = reference(traced)
+        return lambda *leaves: runs.append(1) or executable(*leaves)
+
+    reference = referee.reference
+    monkeypatch.setattr(referee, "reference", counting)
+    x, w = rand((16, 8)), rand((8, 8), seed=1)
+    assert tiering.settle(_auto(_mlp, _Tier(_off_by(1e-6))), x, w).serving == "fake"
+    assert runs == []
+    assert tiering.settle(_auto(_mlp, _Tier(_off_by(1e-3))), x, w).serving == "ort-cpu"
+    assert runs == [1]
