@@ -203,7 +203,8 @@ class Tiering:
 
     def _check(self, sig: SignatureTier, leaves: list, expected: list, base_s: float = 0.0) -> None:
         """Judges every candidate (the first only, for slow calls) against jax.jit's result on the call's inputs,
-        ort-cpu's distance from it setting the bar (mnjit/referee.py); those too far off or failing are dropped.
+        ort-cpu's distance from it setting the bar (mnjit/referee.py; jax.jit runs only for a candidate that
+        ort-cpu's result alone does not settle: referee.implied); those too far off or failing are dropped.
         Without a reference (jax.jit failed), the candidates are compared with ort-cpu's outputs at the dtypes'
         tolerance."""
         executable, sig.reference = sig.reference, None  # one comparison: released after it
