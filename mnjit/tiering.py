@@ -31,6 +31,7 @@ ort-cpu: comparing would run their effects twice.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -52,6 +53,12 @@ MAX_JOBS = background.MAX_JOBS
 
 def _deleted(arrays: Sequence) -> bool:
     return any(isinstance(a, jax.Array) and a.is_deleted() for a in arrays)
+
+
+def _held(leaves: Sequence) -> list:
+    """A call's inputs as the worker compares on them later: numpy inputs may be changed in place after the call
+    returns, so they are copied (jax arrays are immutable)."""
+    return [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
 
 
 class Tiering:
@@ -208,17 +215,15 @@ class Tiering:
         Without a reference (jax.jit failed), the candidates are compared with ort-cpu's outputs at the dtypes'
         tolerance."""
         executable, sig.reference = sig.reference, None  # one comparison: released after it
-        reference: list | None = None
 
+        @functools.cache
         def jax_result() -> list | None:  # jax.jit's run, once, for the first candidate not implied by ort-cpu's
-            nonlocal executable, reference
-            if executable is not None:
-                try:
-                    reference = list(jax.block_until_ready(executable(*leaves)))
-                except Exception:
-                    reference = None
-                executable = None
-            return reference
+            if executable is None:
+                return None
+            try:
+                return list(jax.block_until_ready(executable(*leaves)))
+            except Exception:
+                return None
 
         agreed, problems, took = [], [], {}
         # Slow calls (ort-cpu's over slow_call_s): the first variant only (IREE's task pool, 1.19 s against 2.36 s on
@@ -231,7 +236,7 @@ class Tiering:
                 took[id(compiled)] = time.perf_counter() - start
                 if referee.implied(actual, expected, self.policy.referee_k):
                     problem = None
-                elif jax_result() is not None:
+                elif (reference := jax_result()) is not None:
                     problem = referee.verdict(actual, expected, reference, self.policy.referee_k)
                     problem = problem and f"{compiled.label} disagreed with jax.jit more than ort-cpu does: {problem}"
                 else:
@@ -315,10 +320,8 @@ class Tiering:
                     self._unclaim(sig)  # a later call compares instead
                 raise
             if claimed:
-                # numpy inputs may be changed in place after the call returns: the worker gets copies.
-                held = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
                 base_s = time.perf_counter() - start
-                if not self._submit(sig, self._check, held, list(outputs), base_s):
+                if not self._submit(sig, self._check, _held(leaves), list(outputs), base_s):
                     self._unclaim(sig)  # the queue was full: a later call tries again
             return outputs
         if phase is Phase.CHECKING:
@@ -339,7 +342,7 @@ class Tiering:
         outputs = run_base(leaves)
         seconds = time.perf_counter() - start  # the Python path returns once run (the fast path is never this slow)
         if seconds > self.policy.slow_call_s:
-            held = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]  # numpy: mutable
+            held = _held(leaves)
             with self._lock:
                 if sig.phase is Phase.COMPILING:
                     best = seconds if sig.slow_call is None else min(seconds, sig.slow_call[2])
