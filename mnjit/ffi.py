@@ -52,13 +52,13 @@ class _Library:
         self.reason = "not tried yet"
         self._preloading = False
 
-    def get(self) -> ctypes.CDLL | None:
+    def get(self, paths: tuple[Path, str] | None = None) -> ctypes.CDLL | None:
         if self._lib is not None:
             return self._lib
         with self._lock:
             if self._lib is None and self.reason == "not tried yet":
                 try:
-                    self._lib = _load()
+                    self._lib = _load(*(paths or _paths()))
                     self.reason = "ready"
                 except (OSError, RuntimeError, subprocess.SubprocessError) as e:
                     self.reason = str(e)
@@ -69,7 +69,14 @@ class _Library:
             if self._preloading or self._lib is not None:
                 return
             self._preloading = True
-        threading.Thread(target=self.get, name="mnjit-ort-load", daemon=True).start()
+        # The paths are found here, on the caller's thread (under a millisecond): on the loading thread each of
+        # their file reads gave up the GIL to the first call's trace and waited up to a switch interval (5 ms)
+        # for it back, delaying ORT's environment by 15 ms, which the first call then waited for (measured).
+        try:
+            paths = _paths()
+        except (OSError, RuntimeError):
+            paths = None  # the loading thread finds the same error and records it
+        threading.Thread(target=self.get, args=(paths,), name="mnjit-ort-load", daemon=True).start()
 
     def after_fork(self) -> None:
         """In a forked child: the preloading thread did not come along, and may have held the lock."""
@@ -102,15 +109,19 @@ def _cache_dir() -> Path:
     return Path(root)
 
 
-def _build() -> Path:
-    """Compiles the extension once per source, jaxlib and ORT version; concurrent builders race harmlessly."""
-    include = Path(jax.ffi.include_dir())
+def _paths() -> tuple[Path, str]:
+    """Where the extension built for this source, jaxlib, ORT and Python is cached, and ORT's library."""
     sources = b"".join(path.read_bytes() for path in sorted(_SOURCE.parent.iterdir()))  # the .cc and its headers
     key = hashlib.sha256(sources + jax.__version__.encode() + onnxruntime.__version__.encode()
                          + sys.version.encode()).hexdigest()[:16]
-    built = _cache_dir() / f"ort_ffi-{key}.so"
+    return _cache_dir() / f"ort_ffi-{key}.so", _ort_library()
+
+
+def _build(built: Path) -> Path:
+    """Compiles the extension once per source, jaxlib and ORT version; concurrent builders race harmlessly."""
     if built.exists():
         return built
+    include = Path(jax.ffi.include_dir())
     built.parent.mkdir(parents=True, exist_ok=True)
     compiler = os.environ.get("CXX", "g++")
     with tempfile.TemporaryDirectory(dir=built.parent) as scratch:
@@ -135,10 +146,10 @@ def _ort_library() -> str:
     return str(found[-1])
 
 
-def _load() -> ctypes.CDLL:
+def _load(extension: Path, ort_library: str) -> ctypes.CDLL:
     if sys.platform != "linux":
         raise RuntimeError("the ORT custom call is built for Linux only")
-    lib = ctypes.CDLL(str(_build()))
+    lib = ctypes.CDLL(str(_build(extension)))
     c = ctypes
     lib.ort_ffi_init.argtypes = [c.c_char_p, c.c_int, c.c_char_p, c.c_size_t]
     lib.ort_ffi_create.argtypes = [c.c_char_p, c.c_size_t, c.c_char_p, c.c_int64, c.c_char_p, c.c_int64,
@@ -154,7 +165,7 @@ def _load() -> ctypes.CDLL:
                                 c.c_size_t]
     error = ctypes.create_string_buffer(_ERROR_SIZE)
     threads = runtime.intra_op_threads()
-    if lib.ort_ffi_init(_ort_library().encode(), threads, error, _ERROR_SIZE) != 0:
+    if lib.ort_ffi_init(ort_library.encode(), threads, error, _ERROR_SIZE) != 0:
         raise RuntimeError(f"ONNX Runtime's C API: {error.value.decode(errors='replace')}")
     runtime.pool_created(threads)
     host_callbacks.install(lib)

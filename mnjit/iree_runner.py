@@ -171,7 +171,9 @@ def compile_model(proto: onnx.ModelProto, backend: Backend = CPU) -> bytes:
     import iree.compiler as iree_compiler  # noqa: PLC0415 (see import_model)
 
     try:
-        return iree_compiler.compile_str(import_model(proto), input_type="onnx", extra_args=list(backend.flags))
+        imported = import_model(proto)
+        with background.WORKER.unguarded():  # a subprocess: exit need not wait for it
+            return iree_compiler.compile_str(imported, input_type="onnx", extra_args=list(backend.flags))
     except iree_compiler.CompilerToolError as e:
         raise IreeCompileError(f"iree-compile could not compile the model: {_first_error(str(e))}") from e
 
