@@ -4,8 +4,8 @@ there in order, never on a caller's thread.
 At exit the interpreter waits for the job under way, up to EXIT_WAIT_S: a daemon thread left running native
 code (MLIR's passes over a module, XLA's compiler, ORT or IREE) while the interpreter tears down crashed the
 process at exit (a segmentation fault in the garbage collector's last pass, or an abort; measured on a script
-that exits right after its first call). The wait for IREE's compiler, a subprocess, is not waited for
-(`unguarded`): a thread blocked on another process is safe to abandon.
+that exits right after its first call). Exit does not wait while the job waits for IREE's compiler, a
+subprocess (`unguarded`): a thread blocked on another process is safe to abandon.
 """
 from __future__ import annotations
 
