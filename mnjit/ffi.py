@@ -29,7 +29,7 @@ import onnx_ir as ir
 import onnxruntime
 
 from hlo2onnx import compat, host_calls
-from mnjit import host_callbacks, runtime
+from mnjit import host_callbacks, nchwc, runtime
 
 _SOURCE = Path(__file__).with_name("csrc") / "ort_ffi.cc"
 _TARGET_NAME = "mnjit_ort_run"
@@ -281,7 +281,9 @@ def create(model: ir.Model, in_avals: Sequence, out_avals: Sequence) -> FfiSessi
     weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     if weights > MAX_WEIGHT_BYTES and not callbacks:
         return None
-    model_bytes = ir.to_proto(model).SerializeToString()
+    proto = ir.to_proto(model)
+    nchwc.rewrite(proto)  # this CPU's convolution kernels: never part of a saved model
+    model_bytes = proto.SerializeToString()
     names = [[v.name.encode() for v in values] for values in (model.graph.inputs, model.graph.outputs)]
     flat = [n for spec in specs for n in spec]
     error = ctypes.create_string_buffer(_ERROR_SIZE)

@@ -5,14 +5,15 @@ Three kinds of entries:
 - `iree`: an IREE module (.vmfb) compiled from one ONNX model with one set of iree-compile flags;
 - `decision`: target="auto"'s tier for one signature (which tier, which of its variants, and why);
 - `fact`: a yes-or-no measured on one translation's model (whether its ORT run is short enough for the fast
-  path's custom call: a probe run of the whole model, saved on a warm first call);
+  path's custom call: a probe run of the whole model, saved on a warm first call), or a number measured on the
+  environment alone (ORT's NCHWc block size on this CPU: mnjit/nchwc.py);
 - `trace`: the key of a stored translation, under the key of jax.jit's trace it came from (mnjit/trace_key.py):
   a warm process's first call finds its model without lowering the trace to StableHLO.
 
 Every key is a SHA-256 over what can change the value or its timing: the StableHLO module's bytecode (with
 its source locations, which error messages and node metadata cite) and the values of its `jax.const`
 arguments (hlo2onnx/compat.py: const_args), the target, opset and options, and the environment
-(`environment()`): the versions of mnjit, jax, jaxlib, onnxruntime, onnx, onnx-ir, numpy and IREE, a
+(`environment()`, mnjit/cache_key.py): the versions of mnjit, jax, jaxlib, onnxruntime, onnx, onnx-ir, numpy and IREE, a
 fingerprint of mnjit's and hlo2onnx's source files (a working copy's edits change translations without a new
 version), and the CPU (its model and feature flags: iree-compile targets the host's features, and a tier
 decided on one CPU says nothing of another).
@@ -25,15 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import hashlib
-import importlib.util
 import json
-import os
-import platform
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -44,70 +40,9 @@ import onnx_ir as ir
 import hlo2onnx
 from hlo2onnx import compat
 from mnjit import disk_cache, host_callbacks, trace_key
+from mnjit.cache_key import FACT, key
 
-TRANSLATION, IREE, DECISION, FACT, TRACE = "translation", "iree", "decision", "fact", "trace"
-
-
-@functools.lru_cache(maxsize=1)
-def environment() -> bytes:
-    """Everything outside the module that can change a cached value, once per process (a few ms: module
-    attributes and stat calls; importlib.metadata took 11 ms for jax's version alone)."""
-    import jaxlib
-    import ml_dtypes
-    import onnxruntime
-
-    import mnjit
-
-    versions = {module.__name__: module.__version__ for module in (jax, jaxlib, onnxruntime, onnx, ir, np, ml_dtypes)}
-    sources = hashlib.sha256()
-    for package in (os.path.dirname(mnjit.__file__), os.path.dirname(hlo2onnx.__file__)):
-        for folder, dirs, files in os.walk(package):  # os.walk: a third of Path.rglob's time
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    stat = os.stat(os.path.join(folder, name))
-                    sources.update(f"{folder[len(package):]}/{name}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-    return json.dumps({"format": disk_cache.FORMAT, "mnjit": mnjit.__version__, "versions": versions,
-                       "iree": _iree_versions(), "sources": sources.hexdigest(), "cpu": _cpu(),
-                       "python": platform.python_version()}, sort_keys=True).encode()
-
-
-def _iree_versions() -> str:
-    """IREE's compiler and runtime versions, read from their version.py files without importing IREE."""
-    spec = importlib.util.find_spec("iree")
-    texts = []
-    for part in ("compiler", "runtime"):
-        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
-            try:
-                texts.append(Path(folder, part, "version.py").read_text())
-            except OSError:
-                pass
-    return hashlib.sha256("\0".join(texts).encode()).hexdigest()
-
-
-def _cpu() -> str:
-    """The CPU's model and feature flags (/proc/cpuinfo's first processor; the platform elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            fields = {}
-            for line in f:
-                if not line.strip():
-                    break  # the first processor's block
-                name, _, value = line.partition(":")
-                fields[name.strip()] = value.strip()
-        return f"{fields.get('model name', '')}|{fields.get('flags', fields.get('Features', ''))}"
-    except OSError:
-        return f"{platform.machine()}|{platform.processor()}"
-
-
-def key(*parts: bytes | str) -> str:
-    """The hex SHA-256 of the environment and `parts`, each length-prefixed (no two part lists collide)."""
-    digest = hashlib.sha256()
-    for part in (environment(), *parts):
-        data = part.encode() if isinstance(part, str) else part
-        digest.update(struct.pack("<Q", len(data)))
-        digest.update(data)
-    return digest.hexdigest()
+TRANSLATION, IREE, DECISION, TRACE = "translation", "iree", "decision", "trace"
 
 
 def module_digest(lowered: jax.stages.Lowered) -> bytes:
@@ -275,3 +210,4 @@ def remembered(translation_key: str | None, fact: str, measure: Callable[[], boo
     value = bool(measure())
     store.put(FACT, fact_key, b"1" if value else b"0")
     return value
+

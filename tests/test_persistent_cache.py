@@ -23,7 +23,7 @@ import pytest
 
 import mnjit as mnjit_package
 from harness import assert_same, rand
-from mnjit import disk_cache, mnjit, persist
+from mnjit import cache_key, disk_cache, mnjit, persist
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = (1e-5, 1e-5)
@@ -122,7 +122,7 @@ def test_entry_from_another_version_is_ignored(cache, monkeypatch):
     (entry,) = _entries(cache)
     whole = entry.read_bytes()
     # Another version of a package (any of the environment's): another key, so the old entry is never read.
-    monkeypatch.setattr(persist, "environment", lambda: b"jax 99.0")
+    monkeypatch.setattr(cache_key, "environment", lambda: b"jax 99.0")
     assert_same(mnjit(_mlp)(x, w), jax.jit(_mlp)(x, w), TOL)
     assert len(_entries(cache)) == 2
     monkeypatch.undo()
