@@ -29,6 +29,13 @@ def nhwc(n, h, w, c_in, c_out, k=3, seed=0):
     return rand((n, h, w, c_in), seed=seed), rand((k, k, c_in, c_out), seed=seed + 1, low=-0.5, high=0.5)
 
 
+def with_specials(x, w):
+    """x with a NaN and an inf: XLA's results carry NaN (and ReLU keeps it) wherever a window meets them."""
+    x = x.copy()
+    x[0, 2, 2, 0], x[0, 4, 4, 1] = np.nan, np.inf
+    return x, w
+
+
 def bn_params(channels: int) -> tuple[np.ndarray, ...]:
     """gamma, beta, mean, var."""
     return (rand((channels,), seed=7, low=0.5, high=1.5), rand((channels,), seed=8), rand((channels,), seed=9),
@@ -63,6 +70,9 @@ CASES = [
           (*nhwc(2, 8, 8, 16, 24), rand((24,), seed=6), *bn_params(24))), 1),
     (Case("batch norm over the batch (statistics from the conv: not folded)", conv_batch_stats,
           (*nhwc(4, 6, 6, 16, 16), *bn_params(16)[:2])), 1),
+    (Case("NaN and inf in the input, ReLU folded in", conv(relu=True), with_specials(*nhwc(1, 6, 6, 16, 16))), 1),
+    (Case("NaN and inf in the input, narrow, batch norm folded in", conv_bn_relu,
+          (*with_specials(*nhwc(1, 6, 6, 3, 16)), rand((16,), seed=6), *bn_params(16))), 1),
     # Not taken: 20 input channels are neither under a block nor a multiple of it; grouped convs.
     (Case("20 input channels (kept)", conv(), nhwc(1, 6, 6, 20, 16)), 0),
     (Case("grouped (kept)", conv(feature_group_count=2),
