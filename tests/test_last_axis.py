@@ -122,6 +122,22 @@ STRIDED = [  # (case, Splits expected)
 ]
 
 
+def pool2d(layout: str, k: int = 2):
+    window = (1, 1, k, k) if layout == "NCHW" else (1, k, k, 1)
+    return lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, window, "VALID")
+
+
+# Inner axes: H (and W in NHWC) are split as blocks of the rows after them, when those rows are 16 long or more
+# (and the array, once pooled along H, still has MIN_ELEMENTS).
+STRIDED += [
+    (Case("nchw_2x2", pool2d("NCHW"), (pooled_input((4, 8, 64, 64)),)), 2),
+    (Case("nchw_3x3_crop", pool2d("NCHW", 3), (pooled_input((4, 8, 94, 96)),)), 2),
+    (Case("nhwc_2x2", pool2d("NHWC"), (pooled_input((8, 32, 32, 16)),)), 2),
+    (Case("every_other_row", lambda x: (x[:, :, ::2], x[:, :, 1::2]), (pooled_input((4, 8, 64, 64)),)), 1),
+    (Case("nhwc_2x2_narrow_channels", pool2d("NHWC"), (rand((8, 64, 64, 3), seed=5),)), 1),  # W's rows: 3
+]
+
+
 @pytest.mark.parametrize("case,splits", STRIDED, ids=[c.name for c, _ in STRIDED])
 def test_strided_last_axis_slices(case, splits):
     run_case(dataclasses.replace(case, tol=(0, 0)))  # block copies and the same merges: the same values
