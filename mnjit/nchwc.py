@@ -11,9 +11,9 @@ in the graph, each run (a Reshape and a Transpose of the small weight tensor), a
 The rewrite is applied where a session is made on this machine (mnjit/ffi.py, mnjit/runtime.py), never to a
 model that is saved: the ops are ORT's internal ones (domain com.microsoft.nchwc) and the block size is this
 CPU's. ORT documents neither the ops nor the filter layout, so `block_size()` asks ORT itself once per
-process: it lets ORT reorder a known constant filter and accepts a block size only when this module's reorder
-gives the same bytes for both of the layouts it uses. Any difference, or no NCHWc kernels, leaves models as
-they are.
+machine (the answer is kept in mnjit's persistent cache, keyed by ORT's version and the CPU): it lets ORT
+reorder two known constant filters and accepts a block size only when this module's reorder gives the same
+bytes for both of the layouts it uses. Any difference, or no NCHWc kernels, leaves models as they are.
 """
 from __future__ import annotations
 
@@ -53,10 +53,11 @@ def rewrite(proto: onnx.ModelProto) -> int:
     outputs = {v.name for v in graph.output}
 
     def only_reader(value: str, op_type: str) -> onnx.NodeProto | None:
+        """The node of `op_type` that alone reads `value`, as its data input; None if there is none."""
         found = readers.get(value, [])
         if value in outputs or len(found) != 1 or found[0].op_type != op_type or found[0].domain not in ("", "ai.onnx"):
             return None
-        return found[0]
+        return found[0] if list(found[0].input).count(value) == 1 and found[0].input[0] == value else None
 
     shapes = _static_shapes(graph)
     absorbed: set[int] = set()
@@ -97,9 +98,8 @@ def _plan(node: onnx.NodeProto, block: int, shapes: dict, constants: set[str]) -
     if len(node.input) < 2 or node.input[1] in constants:
         return None  # a constant filter: ORT's own optimizer reorders it
     x, w = shapes.get(node.input[0]), shapes.get(node.input[1])
-    if x is None or w is None or x[0] != _FLOAT or w[0] != _FLOAT or len(w[1]) != 4 or None in w[1]:
-        return None
-    if len(x[1]) != 4:
+    if x is None or w is None or x[0] != _FLOAT or w[0] != _FLOAT or len(x[1]) != 4 or len(w[1]) != 4 \
+            or None in w[1]:
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if attrs.get("group", 1) != 1 or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
@@ -228,7 +228,7 @@ def _probe() -> int | None:
     convs = [n for n in optimized.graph.node if n.domain == NCHWC and n.op_type == "Conv"]
     if len(convs) != 2:
         return None
-    (narrow, wide) = (reordered.get(c.input[1]) for c in convs)
+    narrow, wide = (reordered.get(c.input[1]) for c in convs)
     for block in (4, 8, 16, 32, 64):
         if (narrow is not None and wide is not None and narrow.shape == filters["narrow"].shape
                 and wide.shape == filters["wide"].shape
