@@ -88,15 +88,15 @@ def key(*parts: bytes | str) -> str:
     return digest.hexdigest()
 
 
-def environment_fact(fact: str, measure: Callable[[], int]) -> int:
-    """`measure()`, a number that only the environment (ORT's version, the CPU) decides, stored under `fact`, or
-    read where an earlier process stored it."""
+def stored_number(parts: tuple[str, ...], measure: Callable[[], int], below: int) -> int:
+    """`measure()`, a number from 0 to `below` - 1 kept under the environment and `parts`, or the one an earlier
+    process kept there; anything else found there is measured again and replaced."""
     store = disk_cache.current()
     if store is None:
         return measure()
-    fact_key = key(FACT, fact)
+    fact_key = key(FACT, *parts)
     stored = store.get(FACT, fact_key)
-    if stored is not None and stored.isdigit() and len(stored) < 8:
+    if stored is not None and stored.isdigit() and stored == str(int(stored)).encode() and int(stored) < below:
         return int(stored)
     value = int(measure())
     store.put(FACT, fact_key, str(value).encode())

@@ -38,7 +38,7 @@ def rewrite(proto: onnx.ModelProto) -> int:
     the result go into the kernel too, as ORT's optimizer does with constant filters. Only the main graph: a
     Conv in a loop body stays."""
     graph = proto.graph
-    if not any(node.op_type == "Conv" and node.domain in ("", "ai.onnx") for node in graph.node):
+    if not any(map(_is_conv, graph.node)):
         return 0
     block = block_size()
     if block is None:
@@ -66,8 +66,7 @@ def rewrite(proto: onnx.ModelProto) -> int:
     for node in graph.node:
         if id(node) in absorbed:
             continue
-        plan = _plan(node, block, shapes, constants) if node.op_type == "Conv" and node.domain in ("", "ai.onnx") \
-            else None
+        plan = _plan(node, block, shapes, constants) if _is_conv(node) else None
         if plan is None:
             nodes.append(node)
             continue
@@ -84,6 +83,10 @@ def rewrite(proto: onnx.ModelProto) -> int:
         if not any(o.domain == NCHWC for o in proto.opset_import):
             proto.opset_import.append(helper.make_opsetid(NCHWC, 1))
     return rewritten
+
+
+def _is_conv(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Conv" and node.domain in ("", "ai.onnx")
 
 
 def _foldable(norm: onnx.NodeProto, everywhere: set[str]) -> bool:
@@ -198,7 +201,7 @@ def block_size() -> int | None:
     The probe takes 6-12 ms; mnjit's persistent cache keeps its answer for the next process."""
     if os.environ.get("MNJIT_NCHWC", "1") == "0":
         return None
-    return cache_key.environment_fact("nchwc-block-size", lambda: _probe() or 0) or None
+    return cache_key.stored_number(("nchwc-block-size",), lambda: _probe() or 0, below=1 << 16) or None
 
 
 def _probe() -> int | None:

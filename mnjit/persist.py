@@ -13,8 +13,8 @@ Three kinds of entries:
 Every key is a SHA-256 over what can change the value or its timing: the StableHLO module's bytecode (with
 its source locations, which error messages and node metadata cite) and the values of its `jax.const`
 arguments (hlo2onnx/compat.py: const_args), the target, opset and options, and the environment
-(`environment()`, mnjit/cache_key.py): the versions of mnjit, jax, jaxlib, onnxruntime, onnx, onnx-ir, numpy and IREE, a
-fingerprint of mnjit's and hlo2onnx's source files (a working copy's edits change translations without a new
+(mnjit/cache_key.py, `environment()`): the versions of mnjit, jax, jaxlib, onnxruntime, onnx, onnx-ir, numpy
+and IREE, a fingerprint of mnjit's and hlo2onnx's source files (a working copy's edits change translations without a new
 version), and the CPU (its model and feature flags: iree-compile targets the host's features, and a tier
 decided on one CPU says nothing of another).
 
@@ -40,7 +40,8 @@ import onnx_ir as ir
 import hlo2onnx
 from hlo2onnx import compat
 from mnjit import disk_cache, host_callbacks, trace_key
-from mnjit.cache_key import FACT, key
+from mnjit import cache_key
+from mnjit.cache_key import key
 
 TRANSLATION, IREE, DECISION, TRACE = "translation", "iree", "decision", "trace"
 
@@ -200,14 +201,6 @@ def decision_key(translation_key: str, policy: str) -> str:
 
 def remembered(translation_key: str | None, fact: str, measure: Callable[[], bool]) -> bool:
     """`measure()`, stored under the translation's key and `fact`, or read where an earlier process stored it."""
-    store = disk_cache.current()
-    if store is None or translation_key is None:
+    if translation_key is None:
         return measure()
-    fact_key = key(FACT, translation_key, fact)
-    stored = store.get(FACT, fact_key)
-    if stored in (b"0", b"1"):
-        return stored == b"1"
-    value = bool(measure())
-    store.put(FACT, fact_key, b"1" if value else b"0")
-    return value
-
+    return bool(cache_key.stored_number((translation_key, fact), lambda: int(bool(measure())), below=2))
